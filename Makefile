@@ -1,0 +1,71 @@
+# snapserve front door. `make run` and `make test` install what is missing
+# (scripts/setup.sh, idempotent), build, then serve or test.
+SHELL      := /bin/bash
+ROOT       := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+BUILD_DIR  ?= $(ROOT)/build
+BUILD_TYPE ?= RelWithDebInfo
+JOBS       ?= $(shell nproc)
+PY         := $(ROOT)/.venv/bin/python
+MODEL      ?= $(ROOT)/models/SmolLM2-135M-Instruct.Q4_1.gguf
+CMAKE_ARGS ?=
+RUN_ARGS   ?=
+PYTEST_ARGS ?=
+
+.PHONY: all setup configure build run test test-unit test-python model bench format lint clean help
+
+all: build
+
+help:
+	@echo "make run      install what is missing, build, fetch the model, serve it (gRPC :50051, metrics :9464)"
+	@echo "make test     install what is missing, build, run GoogleTest (ctest) and pytest"
+	@echo "make build    configure and build into $(BUILD_DIR)"
+	@echo "make model    fetch the default model into models/"
+	@echo "make bench    run the benchmarks (JSON under bench/results/)"
+	@echo "make format   clang-format every C++ source"
+	@echo "make lint     clang-tidy every C++ source"
+	@echo "make clean    remove the build directory"
+
+setup:
+	@bash scripts/setup.sh all
+
+$(BUILD_DIR)/build.ninja:
+	cmake -S $(ROOT) -B $(BUILD_DIR) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DTorch_DIR="$$($(PY) -c 'import torch;print(torch.utils.cmake_prefix_path)')/Torch" \
+	  -DCMAKE_PREFIX_PATH="$(ROOT)/.deps/prometheus-cpp/usr" \
+	  -DPython3_EXECUTABLE=$(PY) $(CMAKE_ARGS)
+
+configure: setup $(BUILD_DIR)/build.ninja
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+model:
+	@bash scripts/setup.sh model
+
+run: build
+	$(BUILD_DIR)/server/snapserve --model=$(MODEL) $(RUN_ARGS)
+
+test: build
+	$(MAKE) --no-print-directory test-unit test-python
+
+test-unit:
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+test-python:
+	SNAPSERVE_BUILD_DIR=$(BUILD_DIR) SNAPSERVE_MODEL=$(MODEL) \
+	  $(PY) -m pytest -v -rs tests/python $(PYTEST_ARGS)
+
+bench: build
+	@bash bench/run.sh $(BUILD_DIR)
+
+CXX_SOURCES = $(shell git ls-files '*.cc' '*.h' '*.cu' '*.cuh')
+
+format:
+	clang-format -i $(CXX_SOURCES)
+
+lint: build
+	clang-tidy -p $(BUILD_DIR) --quiet $(filter %.cc,$(CXX_SOURCES))
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,65 @@
+// The snapserve.v1.Generation service on the gRPC callback API: one small
+// reactor per streaming call, no completion-queue state machines. It tracks
+// the calls in flight so that SIGTERM can drain them, and refuses new calls
+// with UNAVAILABLE while the model loads or the server drains.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+#include "snapserve/v1/generation.grpc.pb.h"
+
+namespace snapserve::server {
+
+class Metrics;
+
+// Counts calls in flight; Drain() waits for them to end.
+class InFlight {
+ public:
+  void Begin();
+  void End();
+  int64_t count() const;
+  // Waits until no call is in flight or `seconds` pass; returns true when idle.
+  bool WaitIdle(double seconds);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  int64_t count_ = 0;
+};
+
+class GenerationService final : public snapserve::v1::Generation::CallbackService {
+ public:
+  explicit GenerationService(Metrics* metrics) : metrics_(metrics) {}
+
+  // Ready: the model is loaded. Draining: SIGTERM arrived; new calls are refused.
+  void SetReady(bool ready) { ready_.store(ready); }
+  void SetDraining(bool draining) { draining_.store(draining); }
+  InFlight& in_flight() { return in_flight_; }
+
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx,
+                                     const snapserve::v1::GenerateRequest* request,
+                                     snapserve::v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<snapserve::v1::GenerateStreamResponse>* GenerateStream(
+      grpc::CallbackServerContext* ctx, const snapserve::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
+                                     const snapserve::v1::TokenizeRequest* request,
+                                     snapserve::v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
+                                         const snapserve::v1::GetModelInfoRequest* request,
+                                         snapserve::v1::ModelInfo* response) override;
+
+ private:
+  // UNAVAILABLE while loading or draining; OK otherwise.
+  grpc::Status Admission() const;
+  grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx, const grpc::Status& status);
+
+  Metrics* metrics_;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
+  InFlight in_flight_;
+};
+
+}  // namespace snapserve::server

@@ -1,0 +1,150 @@
+// snapserve: the gRPC inference server's entry point. Parses flags, starts
+// the metrics endpoint, the gRPC server (Generation, grpc.health.v1, server
+// reflection), loads the model, and on SIGTERM/SIGINT drains in-flight calls
+// within --shutdown-grace before exiting 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "server/generation_service.h"
+#include "server/logging.h"
+#include "server/metrics.h"
+#include "server/server_config.h"
+
+namespace snapserve::server {
+namespace {
+
+constexpr char kServiceName[] = "snapserve.v1.Generation";
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream s;
+  s << in.rdbuf();
+  *out = s.str();
+  return true;
+}
+
+// Plain TCP, TLS, or mutual TLS, from the --tls-* flags.
+std::shared_ptr<grpc::ServerCredentials> MakeCredentials(const ServerConfig& c, std::string* error) {
+  if (c.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  if (!ReadFile(c.tls_cert, &pair.cert_chain)) *error = "cannot read --tls-cert " + c.tls_cert;
+  if (!ReadFile(c.tls_key, &pair.private_key)) *error = "cannot read --tls-key " + c.tls_key;
+  grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  if (!c.tls_client_ca.empty()) {
+    if (!ReadFile(c.tls_client_ca, &options.pem_root_certs)) {
+      *error = "cannot read --tls-client-ca " + c.tls_client_ca;
+    }
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  options.pem_key_cert_pairs.push_back(pair);
+  return grpc::SslServerCredentials(options);
+}
+
+int Run(const ServerConfig& config) {
+  // Signals are taken by sigwait() below, never by a handler: block them
+  // before any thread starts so every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  if (config.model.empty()) {
+    LogEvent("error", "startup_failed", {{"error", "--model is required (see --help)"}});
+    return 2;
+  }
+
+  Metrics metrics;
+  if (config.metrics_port > 0) {
+    const std::string address = "0.0.0.0:" + std::to_string(config.metrics_port);
+    try {
+      metrics.Serve(address);
+    } catch (const std::exception& e) {
+      LogEvent("error", "startup_failed", {{"error", std::string("metrics endpoint: ") + e.what()}});
+      return 1;
+    }
+    LogEvent("info", "metrics_listening", {{"address", address}});
+  }
+
+  GenerationService service(&metrics);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  std::string error;
+  auto credentials = MakeCredentials(config, &error);
+  if (!error.empty()) {
+    LogEvent("error", "startup_failed", {{"error", error}});
+    return 2;
+  }
+  const std::string address = config.host + ":" + std::to_string(config.port);
+  int bound_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, credentials, &bound_port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    LogEvent("error", "startup_failed", {{"error", "cannot listen on " + address}});
+    return 1;
+  }
+  auto* health = server->GetHealthCheckService();
+  health->SetServingStatus(false);  // NOT_SERVING while the model loads
+  LogEvent("info", "grpc_listening",
+           {{"address", address}, {"port", bound_port}, {"tls", !config.tls_cert.empty()},
+            {"mtls", !config.tls_client_ca.empty()}});
+
+  // Loading. The model runtime reads the file; until it lands the server
+  // checks that the file is there and readable.
+  LogEvent("info", "model_loading", {{"model", config.model}});
+  std::error_code ec;
+  if (!std::filesystem::exists(config.model, ec)) {
+    LogEvent("error", "startup_failed", {{"error", "model not found: " + config.model}});
+    server->Shutdown();
+    return 1;
+  }
+  service.SetReady(true);
+  health->SetServingStatus(true);
+  health->SetServingStatus(kServiceName, true);
+  LogEvent("info", "serving", {{"model", config.model}});
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  LogEvent("info", "draining",
+           {{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"},
+            {"in_flight", service.in_flight().count()},
+            {"grace_s", config.shutdown_grace_s}});
+  service.SetDraining(true);
+  health->SetServingStatus(false);
+  const bool idle = service.in_flight().WaitIdle(config.shutdown_grace_s);
+  // Calls still running after the grace are cancelled by Shutdown's deadline.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  LogEvent("info", "stopped", {{"drained", idle}});
+  return 0;
+}
+
+}  // namespace
+}  // namespace snapserve::server
+
+int main(int argc, char** argv) {
+  using namespace snapserve::server;
+  const ParseResult parsed = ParseServerConfig(std::vector<std::string>(argv + 1, argv + argc));
+  if (parsed.exit) {
+    std::fprintf(parsed.exit_code == 0 ? stdout : stderr, "%s\n", parsed.message.c_str());
+    return parsed.exit_code;
+  }
+  InitLogging(parsed.config.log_level);
+  return Run(parsed.config);
+}

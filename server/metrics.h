@@ -1,0 +1,59 @@
+// Prometheus metrics of DESIGN.md §7, served by prometheus-cpp on their own
+// port. The server records per-request figures when a call ends; the engine's
+// batch-level figures (KV usage, queue, batch size, inter-token latency) reach
+// it through the setters below. Never touches tensors or gRPC types.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace prometheus {
+class Exposer;
+class Registry;
+class Counter;
+class Gauge;
+class Histogram;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace snapserve::server {
+
+// What one finished request contributes to the metrics.
+struct RequestRecord {
+  std::string status;  // gRPC code name, e.g. "OK", "INVALID_ARGUMENT"
+  double total_s = 0;
+  double queue_s = -1;  // < 0: never queued (rejected before the engine)
+  double ttft_s = -1;   // < 0: no token produced
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t kv_entries_before = 0;  // per layer and KV head
+  int64_t kv_entries_after = 0;
+  double snapkv_s = -1;  // < 0: no compression ran
+};
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Starts serving /metrics on `address` ("0.0.0.0:9464"). Throws on bind failure.
+  void Serve(const std::string& address);
+
+  void RecordRequest(const RequestRecord& record);
+  void ObserveInterTokenLatency(double seconds);
+  void ObserveBatchSize(int64_t sequences);
+  void SetKvCache(double usage_ratio, int64_t free_blocks);
+  void SetRequests(int64_t running, int64_t waiting);
+
+ private:
+  struct Families;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Families> f_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace snapserve::server

@@ -1,0 +1,98 @@
+"""The `snapserve` process as a platform would run it: health, reflection,
+metrics, flags and environment variables, clean SIGTERM. Real grpcio clients."""
+import signal
+import subprocess
+import time
+import urllib.request
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from conftest import BUILD_DIR
+
+SNAPSERVE = BUILD_DIR / "server" / "snapserve"
+
+METRIC_NAMES = [
+    "snapserve_requests_total", "snapserve_request_duration_seconds",
+    "snapserve_queue_duration_seconds", "snapserve_time_to_first_token_seconds",
+    "snapserve_inter_token_latency_seconds", "snapserve_prompt_tokens_total",
+    "snapserve_generated_tokens_total", "snapserve_kv_compression_ratio",
+    "snapserve_kv_entries_before_total", "snapserve_kv_entries_after_total",
+    "snapserve_snapkv_duration_seconds", "snapserve_kv_cache_usage_ratio",
+    "snapserve_kv_cache_blocks_free", "snapserve_requests_running",
+    "snapserve_requests_waiting", "snapserve_batch_size",
+]
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        assert r.status == 200
+        return r.read().decode()
+
+
+def test_help_lists_every_flag_with_its_environment_variable():
+    out = subprocess.run([str(SNAPSERVE), "--help"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
+    for flag in ["--model", "--port", "--metrics-port", "--kv-cache-memory", "--max-queue",
+                 "--shutdown-grace", "--tls-cert", "--snapkv-capacity", "--snapkv-window"]:
+        assert flag + "=" in out.stdout, flag
+    assert "SNAPSERVE_KV_CACHE_MEMORY" in out.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--bogus=1"], "unknown flag --bogus"),
+    (["--port=70000"], "--port"),
+    (["--snapkv-kernel=4"], "odd"),
+    (["--snapkv-window=64", "--snapkv-capacity=32"], "--snapkv-window"),
+    (["--kv-cache-memory=lots"], "--kv-cache-memory"),
+    (["--tls-cert=/x.pem"], "--tls-key"),
+])
+def test_bad_flags_exit_2_with_a_message(args, needle):
+    out = subprocess.run([str(SNAPSERVE)] + args, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert needle in out.stderr
+
+
+def test_missing_model_fails_clearly(tmp_path):
+    out = subprocess.run([str(SNAPSERVE), f"--model={tmp_path / 'nope.gguf'}", "--port=0",
+                          "--metrics-port=0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "nope.gguf" in out.stdout + out.stderr
+
+
+def test_health_reflection_metrics(start_server, model_path, pb):
+    pb2, pb2_grpc = pb
+    server = start_server([f"--model={model_path}"])
+    with grpc.insecure_channel(server.target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        assert health.Check(health_pb2.HealthCheckRequest()).status == \
+            health_pb2.HealthCheckResponse.SERVING
+        assert health.Check(health_pb2.HealthCheckRequest(
+            service="snapserve.v1.Generation")).status == health_pb2.HealthCheckResponse.SERVING
+
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        responses = list(reflection.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+        names = {s.name for s in responses[0].list_services_response.service}
+        assert {"snapserve.v1.Generation", "grpc.health.v1.Health"} <= names
+
+    text = scrape(server.metrics_port)
+    for name in METRIC_NAMES:
+        assert f"# TYPE {name} " in text, name
+
+
+def test_environment_variables_configure_the_server(start_server, model_path):
+    server = start_server([], env={"SNAPSERVE_MODEL": str(model_path),
+                                   "SNAPSERVE_LOG_LEVEL": "debug"})
+    assert "serving" in server.logs()
+
+
+def test_sigterm_exits_zero_and_logs_json(start_server, model_path):
+    import json
+    server = start_server([f"--model={model_path}", "--shutdown-grace=5"])
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=30) == 0
+    events = [json.loads(line)["event"] for line in server.logs().splitlines() if line.startswith("{")]
+    assert events[-2:] == ["draining", "stopped"], events

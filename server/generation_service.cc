@@ -2,7 +2,9 @@
 
 #include <chrono>
 
+#include "server/generate_calls.h"
 #include "server/metrics.h"
+#include "server/request_conversion.h"
 
 namespace snapserve::server {
 
@@ -53,53 +55,47 @@ grpc::ServerUnaryReactor* GenerationService::FinishUnary(grpc::CallbackServerCon
 }
 
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* ctx,
-                                                      const snapserve::v1::GenerateRequest*,
-                                                      snapserve::v1::GenerateResponse*) {
-  const auto started = std::chrono::steady_clock::now();
+                                                      const snapserve::v1::GenerateRequest* request,
+                                                      snapserve::v1::GenerateResponse* response) {
   grpc::Status status = Admission();
-  if (status.ok()) {
-    status = {grpc::StatusCode::UNIMPLEMENTED,
-              "Generate is not served yet: the batching engine has not landed"};
+  if (!status.ok()) {
+    if (metrics_ != nullptr) metrics_->RecordRequest({.status = "UNAVAILABLE"});
+    return FinishUnary(ctx, status);
   }
-  if (metrics_ != nullptr) {
-    RequestRecord record;
-    record.status = status.ok() ? "OK" : (status.error_code() == grpc::StatusCode::UNAVAILABLE
-                                              ? "UNAVAILABLE"
-                                              : "UNIMPLEMENTED");
-    record.total_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    metrics_->RecordRequest(record);
-  }
-  return FinishUnary(ctx, status);
+  return StartGenerateCall({engine_.load(), metrics_, &in_flight_}, ctx, request, response);
 }
 
 grpc::ServerWriteReactor<GenerateStreamResponse>* GenerationService::GenerateStream(
-    grpc::CallbackServerContext*, const snapserve::v1::GenerateRequest*) {
+    grpc::CallbackServerContext* ctx, const snapserve::v1::GenerateRequest* request) {
   grpc::Status status = Admission();
-  if (status.ok()) {
-    status = {grpc::StatusCode::UNIMPLEMENTED,
-              "GenerateStream is not served yet: the batching engine has not landed"};
+  if (!status.ok()) {
+    if (metrics_ != nullptr) metrics_->RecordRequest({.status = "UNAVAILABLE"});
+    return new FinishedWriter(status);
   }
-  return new FinishedWriter(status);
+  return StartGenerateStreamCall({engine_.load(), metrics_, &in_flight_}, ctx, request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,
-                                                      const snapserve::v1::TokenizeRequest*,
-                                                      snapserve::v1::TokenizeResponse*) {
+                                                      const snapserve::v1::TokenizeRequest* request,
+                                                      snapserve::v1::TokenizeResponse* response) {
   grpc::Status status = Admission();
   if (status.ok()) {
-    status = {grpc::StatusCode::UNIMPLEMENTED, "Tokenize is not served yet: no tokenizer"};
+    StatusOr<std::vector<uint32_t>> ids =
+        engine_.load()->Tokenize(request->text(), request->add_special_tokens());
+    if (ids.ok()) {
+      response->mutable_ids()->Add(ids->begin(), ids->end());
+    } else {
+      status = ToGrpc(ids.status());
+    }
   }
   return FinishUnary(ctx, status);
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* ctx,
                                                           const snapserve::v1::GetModelInfoRequest*,
-                                                          snapserve::v1::ModelInfo*) {
+                                                          snapserve::v1::ModelInfo* response) {
   grpc::Status status = Admission();
-  if (status.ok()) {
-    status = {grpc::StatusCode::UNIMPLEMENTED, "GetModelInfo is not served yet: no model loader"};
-  }
+  if (status.ok()) FillModelInfo(engine_.load()->model(), response);
   return FinishUnary(ctx, status);
 }
 

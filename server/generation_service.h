@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "engine/engine.h"
 #include "snapserve/v1/generation.grpc.pb.h"
 
 namespace snapserve::server {
@@ -34,8 +35,12 @@ class GenerationService final : public snapserve::v1::Generation::CallbackServic
  public:
   explicit GenerationService(Metrics* metrics) : metrics_(metrics) {}
 
-  // Ready: the model is loaded. Draining: SIGTERM arrived; new calls are refused.
-  void SetReady(bool ready) { ready_.store(ready); }
+  // Ready: the model is loaded and `engine` serves. Draining: SIGTERM
+  // arrived; new calls are refused. The engine must outlive the service.
+  void SetReady(engine::Engine* engine) {
+    engine_.store(engine);
+    ready_.store(engine != nullptr);
+  }
   void SetDraining(bool draining) { draining_.store(draining); }
   InFlight& in_flight() { return in_flight_; }
 
@@ -57,6 +62,7 @@ class GenerationService final : public snapserve::v1::Generation::CallbackServic
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx, const grpc::Status& status);
 
   Metrics* metrics_;
+  std::atomic<engine::Engine*> engine_{nullptr};
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
   InFlight in_flight_;

@@ -7,7 +7,9 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include <atomic>
 #include <csignal>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "server/generation_service.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -52,6 +55,27 @@ std::shared_ptr<grpc::ServerCredentials> MakeCredentials(const ServerConfig& c, 
   return grpc::SslServerCredentials(options);
 }
 
+engine::EngineOptions EngineOptionsFrom(const ServerConfig& c) {
+  engine::EngineOptions o;
+  o.model_path = c.model;
+  o.model_id = c.model_id;
+  o.dtype = c.dtype;
+  o.device = c.device;
+  o.threads = c.threads;
+  o.kv_cache_memory_bytes = c.kv_cache_memory;
+  o.block_size = c.block_size;
+  o.max_batch_size = c.max_batch_size;
+  o.max_queue = c.max_queue;
+  o.max_new_tokens_limit = c.max_new_tokens_limit;
+  o.default_max_new_tokens = c.default_max_new_tokens;
+  o.default_kv_method = c.default_kv_method;
+  o.snapkv_window = c.snapkv_window;
+  o.snapkv_capacity = c.snapkv_capacity;
+  o.snapkv_kernel = c.snapkv_kernel;
+  o.snapkv_pooling = c.snapkv_pooling;
+  return o;
+}
+
 int Run(const ServerConfig& config) {
   // Signals are taken by sigwait() below, never by a handler: block them
   // before any thread starts so every thread inherits the mask.
@@ -68,14 +92,11 @@ int Run(const ServerConfig& config) {
 
   Metrics metrics;
   if (config.metrics_port > 0) {
-    const std::string address = "0.0.0.0:" + std::to_string(config.metrics_port);
-    try {
-      metrics.Serve(address);
-    } catch (const std::exception& e) {
-      LogEvent("error", "startup_failed", {{"error", std::string("metrics endpoint: ") + e.what()}});
+    if (std::string err = metrics.Serve("0.0.0.0", config.metrics_port); !err.empty()) {
+      LogEvent("error", "startup_failed", {{"error", "metrics endpoint: " + err}});
       return 1;
     }
-    LogEvent("info", "metrics_listening", {{"address", address}});
+    LogEvent("info", "metrics_listening", {{"address", "0.0.0.0:" + std::to_string(config.metrics_port)}});
   }
 
   GenerationService service(&metrics);
@@ -106,19 +127,39 @@ int Run(const ServerConfig& config) {
            {{"address", address}, {"port", bound_port}, {"tls", !config.tls_cert.empty()},
             {"mtls", !config.tls_client_ca.empty()}});
 
-  // Loading. The model runtime reads the file; until it lands the server
-  // checks that the file is there and readable.
   LogEvent("info", "model_loading", {{"model", config.model}});
-  std::error_code ec;
-  if (!std::filesystem::exists(config.model, ec)) {
-    LogEvent("error", "startup_failed", {{"error", "model not found: " + config.model}});
+  const auto load_start = std::chrono::steady_clock::now();
+  auto engine = engine::Engine::Create(EngineOptionsFrom(config), [](const std::string& line) {
+    LogEvent("info", "model_loading_progress", {{"message", line}});
+  });
+  if (!engine.ok()) {
+    LogEvent("error", "startup_failed", {{"error", engine.status().ToString()}});
     server->Shutdown();
     return 1;
   }
-  service.SetReady(true);
+  (*engine)->SetObserver({
+      .on_decode_step = [&metrics](int64_t batch) { metrics.ObserveBatchSize(batch); },
+      .on_inter_token_latency = [&metrics](double s) { metrics.ObserveInterTokenLatency(s); },
+  });
+  // Gauges follow the engine's state; sampled, not pushed, to keep the
+  // scheduler thread free of metrics work.
+  std::atomic<bool> stop_gauges{false};
+  std::thread gauges([&] {
+    while (!stop_gauges.load()) {
+      const engine::EngineStats st = (*engine)->stats();
+      metrics.SetKvCache(st.kv_usage_ratio, st.kv_blocks_free);
+      metrics.SetRequests(st.running, st.waiting);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  service.SetReady(engine->get());
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
-  LogEvent("info", "serving", {{"model", config.model}});
+  const auto& info = (*engine)->model();
+  LogEvent("info", "serving",
+           {{"model", config.model}, {"model_id", info.model_id}, {"layers", info.num_layers},
+            {"kv_cache_tokens", info.kv_cache_capacity_tokens},
+            {"load_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count()}});
 
   int signal = 0;
   sigwait(&signals, &signal);
@@ -130,7 +171,13 @@ int Run(const ServerConfig& config) {
   health->SetServingStatus(false);
   const bool idle = service.in_flight().WaitIdle(config.shutdown_grace_s);
   // Calls still running after the grace are cancelled by Shutdown's deadline.
+  // Calls still running after the grace end with UNAVAILABLE from the
+  // engine's shutdown; Shutdown's deadline then cancels anything left.
+  (*engine)->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  stop_gauges.store(true);
+  gauges.join();
+  service.SetReady(nullptr);
   LogEvent("info", "stopped", {{"drained", idle}});
   return 0;
 }

@@ -1,10 +1,12 @@
 #include "server/metrics.h"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "server/metrics_http.h"
 
 namespace snapserve::server {
 
@@ -131,9 +133,13 @@ Metrics::Metrics()
 
 Metrics::~Metrics() = default;
 
-void Metrics::Serve(const std::string& address) {
-  exposer_ = std::make_unique<prometheus::Exposer>(address);
-  exposer_->RegisterCollectable(registry_);
+std::string Metrics::Serve(const std::string& host, int port) {
+  http_ = std::make_unique<MetricsHttpServer>([this] { return Render(); });
+  return http_->Start(host, port);
+}
+
+std::string Metrics::Render() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
 void Metrics::RecordRequest(const RequestRecord& r) {

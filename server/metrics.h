@@ -9,7 +9,6 @@
 #include <string>
 
 namespace prometheus {
-class Exposer;
 class Registry;
 class Counter;
 class Gauge;
@@ -19,6 +18,8 @@ class Family;
 }  // namespace prometheus
 
 namespace snapserve::server {
+
+class MetricsHttpServer;
 
 // What one finished request contributes to the metrics.
 struct RequestRecord {
@@ -40,8 +41,10 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // Starts serving /metrics on `address` ("0.0.0.0:9464"). Throws on bind failure.
-  void Serve(const std::string& address);
+  // Starts serving /metrics on host:port. Returns "" or an error message.
+  std::string Serve(const std::string& host, int port);
+  // The exposition text of every metric (what a scrape returns).
+  std::string Render() const;
 
   void RecordRequest(const RequestRecord& record);
   void ObserveInterTokenLatency(double seconds);
@@ -53,7 +56,7 @@ class Metrics {
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> f_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsHttpServer> http_;
 };
 
 }  // namespace snapserve::server

@@ -1,0 +1,65 @@
+#include "engine/compress/snapkv_policy.h"
+
+#include <string>
+
+namespace snapserve::compress {
+
+namespace {
+
+Status Invalid(const char* field, const std::string& why) {
+  return Status::InvalidArgument(std::string("kv_compression.") + field + ": " + why);
+}
+
+}  // namespace
+
+StatusOr<CompressionConfig> ResolveCompression(const CompressionConfig& server_default,
+                                               const CompressionRequest& request,
+                                               int64_t max_context) {
+  CompressionConfig config = server_default;
+  if (request.method) config.method = *request.method;
+  if (request.window != 0) config.window = request.window;
+  if (request.capacity != 0) config.capacity = request.capacity;
+  if (request.kernel_size != 0) config.kernel_size = request.kernel_size;
+  if (request.pooling) config.pooling = *request.pooling;
+  if (config.method == Method::kNone) return config;
+
+  if (config.window < 1) {
+    return Invalid("window_size", "must be at least 1, got " + std::to_string(config.window));
+  }
+  if (config.kernel_size < 1 || config.kernel_size % 2 == 0) {
+    return Invalid("kernel_size", "must be odd, got " + std::to_string(config.kernel_size));
+  }
+  if (config.window >= config.capacity) {
+    return Invalid("window_size", "must be less than max_capacity_prompt (" +
+                                      std::to_string(config.window) +
+                                      " >= " + std::to_string(config.capacity) + ")");
+  }
+  if (config.capacity > max_context) {
+    return Invalid("max_capacity_prompt", "must be at most the model's context length (" +
+                                              std::to_string(config.capacity) + " > " +
+                                              std::to_string(max_context) + ")");
+  }
+  // Pooling costs O(n * k); a kernel wider than the context smooths nothing
+  // more and only burns time.
+  if (config.kernel_size > max_context) {
+    return Invalid("kernel_size", "must be at most the model's context length (" +
+                                      std::to_string(config.kernel_size) + " > " +
+                                      std::to_string(max_context) + ")");
+  }
+  return config;
+}
+
+bool ShouldCompress(const CompressionConfig& config, int64_t n) {
+  return config.method == Method::kSnapKv && n > config.capacity;
+}
+
+int64_t KeptEntries(const CompressionConfig& config, int64_t n) {
+  return ShouldCompress(config, n) ? config.capacity : n;
+}
+
+kernels::SnapKvParams ToSnapKvParams(const CompressionConfig& config) {
+  return kernels::SnapKvParams{config.window, config.capacity, config.kernel_size, config.pooling,
+                               config.group_reduce};
+}
+
+}  // namespace snapserve::compress

@@ -1,0 +1,286 @@
+#include "engine/engine.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <unordered_set>
+
+#include "engine/compress/snapkv_policy.h"
+#include "engine/kv/paged_kv_cache.h"
+#include "engine/model/gguf_file.h"
+#include "engine/model/llama_model.h"
+#include "engine/request_validation.h"
+#include "engine/scheduler/scheduler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace snapserve::engine {
+namespace {
+
+StatusOr<at::ScalarType> ParseDtype(const std::string& s) {
+  if (s == "float32") return at::kFloat;
+  if (s == "bfloat16") return at::kBFloat16;
+  if (s == "float16") return at::kHalf;
+  return Status::InvalidArgument("dtype: expected float32, bfloat16 or float16, got '" + s + "'");
+}
+
+StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(const std::string& path) {
+  if (std::filesystem::is_directory(path)) return tokenizer::Tokenizer::FromHfDirectory(path);
+  StatusOr<std::unique_ptr<model::GgufFile>> gguf = model::GgufFile::Open(path);
+  if (!gguf.ok()) return gguf.status();
+  return tokenizer::Tokenizer::FromGguf(**gguf);
+}
+
+compress::CompressionConfig DefaultCompression(const EngineOptions& o) {
+  compress::CompressionConfig c;
+  c.method = o.default_kv_method == "none" ? compress::Method::kNone : compress::Method::kSnapKv;
+  c.window = o.snapkv_window;
+  c.capacity = o.snapkv_capacity;
+  c.kernel_size = o.snapkv_kernel;
+  c.pooling = o.snapkv_pooling == "avg" ? kernels::PoolingKind::kAvg : kernels::PoolingKind::kMax;
+  return c;
+}
+
+compress::CompressionRequest ToCompressionRequest(const KvCompressionOptions& o) {
+  compress::CompressionRequest r;
+  if (o.method == KvMethod::kNone) r.method = compress::Method::kNone;
+  if (o.method == KvMethod::kSnapKv) r.method = compress::Method::kSnapKv;
+  r.window = o.window_size;
+  r.capacity = o.max_capacity_prompt;
+  r.kernel_size = o.kernel_size;
+  if (o.pooling == KvPooling::kMax) r.pooling = kernels::PoolingKind::kMax;
+  if (o.pooling == KvPooling::kAvg) r.pooling = kernels::PoolingKind::kAvg;
+  return r;
+}
+
+// Releases a request id from the in-flight set when the request ends, then
+// passes the result on to the caller's sink.
+class IdReleasingSink final : public ResultSink {
+ public:
+  IdReleasingSink(std::shared_ptr<ResultSink> inner, std::function<void()> release)
+      : inner_(std::move(inner)), release_(std::move(release)) {}
+  void OnDelta(const std::vector<uint32_t>& ids, const std::string& text) override {
+    inner_->OnDelta(ids, text);
+  }
+  void OnFinish(const Status& status, FinishReason reason, const Usage& usage) override {
+    release_();
+    inner_->OnFinish(status, reason, usage);
+  }
+
+ private:
+  std::shared_ptr<ResultSink> inner_;
+  std::function<void()> release_;
+};
+
+}  // namespace
+
+class Engine::Impl {
+ public:
+  EngineOptions options;
+  ModelSummary summary;
+  compress::CompressionConfig default_compression;
+  std::unique_ptr<model::LlamaModel> model;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<kv::PagedKvCache> cache;
+  std::unique_ptr<scheduler::Scheduler> scheduler;
+  std::atomic<int64_t> next_seq_id{1};
+  std::mutex ids_mu;
+  std::unordered_set<std::string> ids_in_flight;
+
+  StatusOr<std::vector<int32_t>> PromptIds(const GenerationRequest& r) const;
+};
+
+StatusOr<std::vector<int32_t>> Engine::Impl::PromptIds(const GenerationRequest& r) const {
+  if (r.input_ids) return std::vector<int32_t>(r.input_ids->begin(), r.input_ids->end());
+  if (r.prompt) return tokenizer->Encode(*r.prompt, /*add_special_tokens=*/true);
+  std::vector<tokenizer::ChatMessage> messages;
+  for (const auto& m : *r.messages) messages.push_back({m.role, m.content});
+  StatusOr<std::string> text = tokenizer->ApplyChatTemplate(messages, true);
+  if (!text.ok()) return Status::InvalidArgument("messages: " + text.status().message());
+  // The template already wrote any BOS it wants.
+  return tokenizer->Encode(*text, /*add_special_tokens=*/false);
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() { Shutdown(); }
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const EngineOptions& options, const std::function<void(const std::string&)>& progress) {
+  auto log = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (options.threads > 0) at::set_num_threads(options.threads);
+
+  StatusOr<at::ScalarType> dtype = ParseDtype(options.dtype);
+  if (!dtype.ok()) return dtype.status();
+  at::Device device(at::kCPU);
+  try {
+    device = at::Device(options.device);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument("device: " + std::string(e.what()));
+  }
+  if (device.is_cuda() && !at::hasCUDA()) {
+    return Status::InvalidArgument("device: " + options.device + " requested but CUDA is not available");
+  }
+
+  impl->default_compression = DefaultCompression(options);
+
+  auto model = model::LoadModel(options.model_path, *dtype, device, log);
+  if (!model.ok()) return model.status();
+  impl->model = std::move(*model);
+  auto tok = LoadTokenizer(options.model_path);
+  if (!tok.ok()) return tok.status();
+  impl->tokenizer = std::move(*tok);
+  const model::ModelConfig& mc = impl->model->config();
+
+  // Server defaults must be valid on their own (an empty request takes them all).
+  StatusOr<compress::CompressionConfig> defaults = compress::ResolveCompression(
+      impl->default_compression, compress::CompressionRequest{}, mc.max_context);
+  if (!defaults.ok()) return Status::InvalidArgument("server defaults: " + defaults.status().message());
+
+  kv::PagedKvCacheConfig kc;
+  kc.num_layers = mc.num_layers;
+  kc.num_kv_heads = mc.num_kv_heads;
+  kc.head_dim = mc.head_dim;
+  kc.block_size = options.block_size;
+  kc.dtype = *dtype;
+  kc.device = device;
+  kc.num_blocks = kv::PagedKvCache::NumBlocksForBudget(kc, options.kv_cache_memory_bytes);
+  if (kc.num_blocks <= 0) {
+    return Status::InvalidArgument("kv_cache_memory: " + std::to_string(options.kv_cache_memory_bytes) +
+                                   " bytes hold not even one block");
+  }
+  auto cache = kv::PagedKvCache::Create(kc);
+  if (!cache.ok()) return cache.status();
+  impl->cache = std::move(*cache);
+  log("KV cache: " + std::to_string(kc.num_blocks) + " blocks of " + std::to_string(kc.block_size) +
+      " tokens (" + std::to_string(static_cast<int64_t>(kc.num_blocks) * kc.block_size) + " tokens)");
+
+  ModelSummary& s = impl->summary;
+  s.model_id = options.model_id.empty() ? std::filesystem::path(options.model_path).filename().string()
+                                        : options.model_id;
+  s.architecture = mc.architecture;
+  s.num_layers = static_cast<uint32_t>(mc.num_layers);
+  s.num_attention_heads = static_cast<uint32_t>(mc.num_heads);
+  s.num_key_value_heads = static_cast<uint32_t>(mc.num_kv_heads);
+  s.head_dim = static_cast<uint32_t>(mc.head_dim);
+  s.vocab_size = static_cast<uint32_t>(mc.vocab);
+  s.max_context_length = static_cast<uint32_t>(mc.max_context);
+  s.dtype = options.dtype;
+  s.device = device.str();
+  s.default_kv_compression = {
+      impl->default_compression.method == compress::Method::kNone ? KvMethod::kNone : KvMethod::kSnapKv,
+      static_cast<uint32_t>(impl->default_compression.window),
+      static_cast<uint32_t>(impl->default_compression.capacity),
+      static_cast<uint32_t>(impl->default_compression.kernel_size),
+      impl->default_compression.pooling == kernels::PoolingKind::kAvg ? KvPooling::kAvg : KvPooling::kMax};
+  s.max_new_tokens_limit = static_cast<uint32_t>(options.max_new_tokens_limit);
+  s.max_batch_size = static_cast<uint32_t>(options.max_batch_size);
+  s.kv_cache_capacity_tokens = static_cast<uint64_t>(kc.num_blocks) * kc.block_size;
+
+  impl->scheduler = std::make_unique<scheduler::Scheduler>(
+      *impl->model, *impl->cache, *impl->tokenizer,
+      scheduler::SchedulerOptions{options.max_batch_size, options.max_queue,
+                                  options.max_prefill_tokens_per_step});
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+const ModelSummary& Engine::model() const { return impl_->summary; }
+
+Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> sink) {
+  Impl& m = *impl_;
+  const model::ModelConfig& mc = m.model->config();
+  SNAPSERVE_RETURN_IF_ERROR(ValidateRequest(request, {mc.vocab, m.options.max_new_tokens_limit}));
+
+  StatusOr<compress::CompressionConfig> compression = compress::ResolveCompression(
+      m.default_compression, ToCompressionRequest(request.kv_compression), mc.max_context);
+  if (!compression.ok()) return compression.status();
+
+  StatusOr<std::vector<int32_t>> prompt = m.PromptIds(request);
+  if (!prompt.ok()) return prompt.status();
+  const int64_t n = static_cast<int64_t>(prompt->size());
+  if (n == 0) return Status::InvalidArgument("prompt: tokenizes to no tokens");
+  const int64_t max_new =
+      request.max_new_tokens == 0 ? m.options.default_max_new_tokens : request.max_new_tokens;
+  if (n + max_new > mc.max_context) {
+    return Status::InvalidArgument("stopping.max_new_tokens: prompt (" + std::to_string(n) +
+                                   " tokens) + max_new_tokens (" + std::to_string(max_new) +
+                                   ") exceeds the context length " + std::to_string(mc.max_context));
+  }
+  // Reserve every entry the request can ever hold (DESIGN.md §6).
+  const int64_t reserve = compress::KeptEntries(*compression, n) + max_new;
+  if (!m.cache->CanEverFit(reserve)) {
+    return Status::ResourceExhausted("request needs " + std::to_string(reserve) +
+                                     " KV entries; the whole cache holds " +
+                                     std::to_string(m.summary.kv_cache_capacity_tokens));
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(m.ids_mu);
+    if (!m.ids_in_flight.insert(request.request_id).second) {
+      return Status::InvalidArgument("request_id: '" + request.request_id +
+                                     "' is already in flight");
+    }
+  }
+  auto release = [impl = impl_.get(), id = request.request_id] {
+    std::lock_guard<std::mutex> lock(impl->ids_mu);
+    impl->ids_in_flight.erase(id);
+  };
+
+  auto seq = std::make_unique<scheduler::Sequence>();
+  seq->id = m.next_seq_id++;
+  seq->request_id = request.request_id;
+  seq->prompt = std::move(*prompt);
+  seq->compression = *compression;
+  seq->max_new_tokens = max_new;
+  seq->reserve_tokens = reserve;
+  seq->arrival = request.arrival;
+  seq->deadline = request.deadline;
+  sampling::SamplingParams sp;
+  sp.temperature = request.temperature;
+  sp.top_k = static_cast<int32_t>(request.top_k);
+  sp.top_p = request.top_p == 0 ? 1.f : request.top_p;
+  sp.repetition_penalty = request.repetition_penalty == 0 ? 1.f : request.repetition_penalty;
+  sp.seed = request.seed;
+  seq->sampler = std::make_unique<sampling::Sampler>(sp, seq->prompt);
+  sampling::StopCriteria stop;
+  stop.max_new_tokens = max_new;
+  stop.stop = request.stop;
+  stop.stop_token_ids.assign(request.stop_token_ids.begin(), request.stop_token_ids.end());
+  for (int64_t e : mc.eos_token_ids) stop.eos_token_ids.push_back(static_cast<int32_t>(e));
+  if (stop.eos_token_ids.empty() && m.tokenizer->eos_id() >= 0) {
+    stop.eos_token_ids.push_back(m.tokenizer->eos_id());
+  }
+  stop.ignore_eos = request.ignore_eos;
+  seq->stop = std::make_unique<sampling::StopMatcher>(stop);
+  seq->decoder = std::make_unique<tokenizer::IncrementalDecoder>(*m.tokenizer);
+  seq->sink = std::make_shared<IdReleasingSink>(std::move(sink), release);
+
+  Status submitted = m.scheduler->Submit(std::move(seq));
+  if (!submitted.ok()) release();
+  return submitted;
+}
+
+void Engine::Cancel(const std::string& request_id) { impl_->scheduler->Cancel(request_id); }
+
+StatusOr<std::vector<uint32_t>> Engine::Tokenize(std::string_view text,
+                                                 bool add_special_tokens) const {
+  const std::vector<int32_t> ids = impl_->tokenizer->Encode(text, add_special_tokens);
+  return std::vector<uint32_t>(ids.begin(), ids.end());
+}
+
+EngineStats Engine::stats() const { return impl_->scheduler->Stats(); }
+
+void Engine::SetObserver(EngineObserver observer) {
+  impl_->scheduler->SetObserver(std::move(observer));
+}
+
+void Engine::Shutdown() {
+  if (impl_ && impl_->scheduler) impl_->scheduler->Shutdown();
+}
+
+}  // namespace snapserve::engine

@@ -1,0 +1,51 @@
+// One request inside the engine: its prompt, its policy (compression,
+// sampling, stopping), its streaming state and its timings. Owned by the
+// scheduler thread from Submit to Finish; nothing here is shared.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/compress/snapkv_policy.h"
+#include "engine/compress/snapkv_selector.h"
+#include "engine/engine.h"
+#include "engine/sampling/sampler.h"
+#include "engine/sampling/stop_matcher.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace snapserve::scheduler {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sequence {
+  int64_t id = 0;  // the KV cache's sequence id, unique per engine
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  compress::CompressionConfig compression;
+  int64_t max_new_tokens = 0;
+  int64_t reserve_tokens = 0;  // KV entries reserved at admission
+
+  std::shared_ptr<engine::ResultSink> sink;
+  std::unique_ptr<sampling::Sampler> sampler;
+  std::unique_ptr<sampling::StopMatcher> stop;
+  std::unique_ptr<tokenizer::IncrementalDecoder> decoder;
+  std::shared_ptr<compress::SelectionTimer> snapkv_timer;
+
+  Clock::time_point arrival;
+  Clock::time_point deadline = Clock::time_point::max();
+  Clock::time_point admitted;
+  Clock::time_point first_token;
+  Clock::time_point last_token;
+
+  // Decoding state: the token to feed next and its absolute position.
+  int32_t next_token = 0;
+  int64_t next_position = 0;
+  int64_t generated = 0;
+  int64_t kept_entries = 0;  // prompt entries cached per layer and KV head
+  bool cancelled = false;
+};
+
+}  // namespace snapserve::scheduler

@@ -1,0 +1,268 @@
+#include "server/generate_calls.h"
+
+#include <chrono>
+#include <deque>
+#include <mutex>
+
+#include "server/generation_service.h"
+#include "server/logging.h"
+#include "server/metrics.h"
+#include "server/request_conversion.h"
+
+namespace snapserve::server {
+namespace {
+
+namespace v1 = snapserve::v1;
+using Clock = std::chrono::steady_clock;
+
+// The client's deadline on the engine's clock.
+Clock::time_point EngineDeadline(const grpc::CallbackServerContext& ctx) {
+  const auto deadline = ctx.deadline();
+  if (deadline >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
+    return Clock::time_point::max();
+  }
+  return Clock::now() + (deadline - std::chrono::system_clock::now());
+}
+
+// What every Generate call reports when it ends: metrics and one JSON line.
+void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Status& status,
+                engine::FinishReason reason, const engine::Usage& usage, bool reached_engine,
+                Clock::time_point arrival) {
+  const std::string code = GrpcCodeName(status.error_code());
+  const double total_s = std::chrono::duration<double>(Clock::now() - arrival).count();
+  if (metrics != nullptr) {
+    RequestRecord r;
+    r.status = code;
+    r.total_s = total_s;
+    if (reached_engine) {
+      r.queue_s = usage.queue_ms / 1e3;
+      if (usage.completion_tokens > 0) r.ttft_s = usage.time_to_first_token_ms / 1e3;
+      r.prompt_tokens = usage.prompt_tokens;
+      r.completion_tokens = usage.completion_tokens;
+      r.kv_entries_before = usage.kv_prompt_entries;
+      r.kv_entries_after = usage.kv_kept_entries;
+      r.snapkv_s = usage.snapkv_ms >= 0 ? usage.snapkv_ms / 1e3 : -1;
+    }
+    metrics->RecordRequest(r);
+  }
+  nlohmann::json fields = {
+      {"request_id", request_id},
+      {"status", code},
+      {"finish_reason", v1::FinishReason_Name(ToProto(reason))},
+      {"prompt_tokens", usage.prompt_tokens},
+      {"completion_tokens", usage.completion_tokens},
+      {"kv_original_size", usage.kv_prompt_entries},
+      {"kv_compressed_size", usage.kv_kept_entries},
+      {"compression_ratio", usage.compression_ratio},
+      {"queue_ms", usage.queue_ms},
+      {"ttft_ms", usage.time_to_first_token_ms},
+      {"duration_ms", total_s * 1e3}};
+  if (!status.ok()) fields["error"] = status.error_message();
+  LogEvent(status.ok() || status.error_code() == grpc::StatusCode::CANCELLED ? "info" : "warn",
+           "inference_complete", fields);
+}
+
+// ---------------------------------------------------------------- unary ---
+
+class UnaryCall final : public grpc::ServerUnaryReactor {
+ public:
+  UnaryCall(const CallContext& ctx, grpc::CallbackServerContext* server_ctx,
+            const v1::GenerateRequest* request, v1::GenerateResponse* response)
+      : ctx_(ctx), response_(response) {
+    ctx_.in_flight->Begin();
+    engine::GenerationRequest req = ToEngineRequest(*request);
+    if (req.request_id.empty()) req.request_id = NewRequestId();
+    request_id_ = req.request_id;
+    response_->set_request_id(request_id_);
+    req.deadline = EngineDeadline(*server_ctx);
+    req.arrival = arrival_;
+    Status queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
+    if (!queued.ok()) Complete(ToGrpc(queued), {}, {}, /*reached_engine=*/false);
+  }
+
+  void OnCancel() override { ctx_.engine->Cancel(request_id_); }
+  void OnDone() override {
+    ctx_.in_flight->End();
+    delete this;
+  }
+
+ private:
+  class Sink final : public engine::ResultSink {
+   public:
+    explicit Sink(UnaryCall* call) : call_(call) {}
+    void OnDelta(const std::vector<uint32_t>& ids, const std::string& text) override {
+      for (uint32_t id : ids) call_->response_->add_token_ids(id);
+      call_->response_->mutable_text()->append(text);
+    }
+    void OnFinish(const Status& status, engine::FinishReason reason,
+                  const engine::Usage& usage) override {
+      call_->Complete(ToGrpc(status), reason, usage, /*reached_engine=*/true);
+    }
+
+   private:
+    UnaryCall* call_;
+  };
+
+  void Complete(const grpc::Status& status, engine::FinishReason reason,
+                const engine::Usage& usage, bool reached_engine) {
+    if (status.ok()) {
+      response_->set_finish_reason(ToProto(reason));
+      FillUsage(usage, response_->mutable_usage());
+    }
+    ReportCall(ctx_.metrics, request_id_, status, reason, usage, reached_engine, arrival_);
+    Finish(status);  // last use of `this`: OnDone may delete it right after
+  }
+
+  CallContext ctx_;
+  v1::GenerateResponse* response_;
+  std::string request_id_;
+  Clock::time_point arrival_ = Clock::now();
+};
+
+// ------------------------------------------------------------ streaming ---
+
+class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
+ public:
+  StreamCall(const CallContext& ctx, grpc::CallbackServerContext* server_ctx,
+             const v1::GenerateRequest* request)
+      : ctx_(ctx) {
+    ctx_.in_flight->Begin();
+    engine::GenerationRequest req = ToEngineRequest(*request);
+    if (req.request_id.empty()) req.request_id = NewRequestId();
+    request_id_ = req.request_id;
+    req.deadline = EngineDeadline(*server_ctx);
+    req.arrival = arrival_;
+    Status queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
+    if (!queued.ok()) {
+      const grpc::Status status = ToGrpc(queued);
+      ReportCall(ctx_.metrics, request_id_, status, {}, {}, false, arrival_);
+      Finish(status);
+    }
+  }
+
+  void OnCancel() override { ctx_.engine->Cancel(request_id_); }
+
+  void OnWriteDone(bool ok) override {
+    Action next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) broken_ = true;  // the client is gone; the engine was told in OnCancel
+      next = NextAction();
+    }
+    Perform(next);
+  }
+
+  void OnDone() override {
+    ctx_.in_flight->End();
+    delete this;
+  }
+
+ private:
+  class Sink final : public engine::ResultSink {
+   public:
+    explicit Sink(StreamCall* call) : call_(call) {}
+    void OnDelta(const std::vector<uint32_t>& ids, const std::string& text) override {
+      v1::GenerateStreamResponse m;
+      m.set_request_id(call_->request_id_);
+      m.set_text(text);
+      for (uint32_t id : ids) m.add_token_ids(id);
+      call_->Push(std::move(m));
+    }
+    void OnFinish(const Status& status, engine::FinishReason reason,
+                  const engine::Usage& usage) override {
+      call_->End(ToGrpc(status), reason, usage);
+    }
+
+   private:
+    StreamCall* call_;
+  };
+
+  // What to do once the lock is released: gRPC calls (StartWrite, Finish)
+  // are never made under mu_, since Finish may lead to OnDone deleting us.
+  enum class Action { kNothing, kWrite, kFinish };
+
+  // Called with mu_ held; at most one write in flight.
+  Action NextAction() {
+    if (writing_) return Action::kNothing;
+    if (!broken_ && !queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      return Action::kWrite;
+    }
+    if (finished_ && !finish_called_) {
+      finish_called_ = true;
+      return Action::kFinish;
+    }
+    return Action::kNothing;
+  }
+
+  void Perform(Action action) {
+    if (action == Action::kWrite) StartWrite(&current_);
+    if (action == Action::kFinish) Finish(final_status_);
+  }
+
+  void Push(v1::GenerateStreamResponse m) {
+    Action next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (broken_) return;
+      queue_.push_back(std::move(m));
+      next = NextAction();
+    }
+    Perform(next);
+  }
+
+  void End(const grpc::Status& status, engine::FinishReason reason, const engine::Usage& usage) {
+    ReportCall(ctx_.metrics, request_id_, status, reason, usage, true, arrival_);
+    Action next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (status.ok()) {
+        // The last message carries the finish reason and usage.
+        v1::GenerateStreamResponse last;
+        last.set_request_id(request_id_);
+        last.set_finish_reason(ToProto(reason));
+        FillUsage(usage, last.mutable_usage());
+        queue_.push_back(std::move(last));
+      } else {
+        queue_.clear();  // an error ends the stream now; undelivered deltas are moot
+      }
+      final_status_ = status;
+      finished_ = true;
+      next = NextAction();
+    }
+    Perform(next);
+  }
+
+  CallContext ctx_;
+  std::string request_id_;
+  Clock::time_point arrival_ = Clock::now();
+
+  std::mutex mu_;
+  std::deque<v1::GenerateStreamResponse> queue_;
+  v1::GenerateStreamResponse current_;
+  bool writing_ = false;
+  bool broken_ = false;
+  bool finished_ = false;
+  bool finish_called_ = false;
+  grpc::Status final_status_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* StartGenerateCall(const CallContext& ctx,
+                                            grpc::CallbackServerContext* server_ctx,
+                                            const v1::GenerateRequest* request,
+                                            v1::GenerateResponse* response) {
+  return new UnaryCall(ctx, server_ctx, request, response);
+}
+
+grpc::ServerWriteReactor<v1::GenerateStreamResponse>* StartGenerateStreamCall(
+    const CallContext& ctx, grpc::CallbackServerContext* server_ctx,
+    const v1::GenerateRequest* request) {
+  return new StreamCall(ctx, server_ctx, request);
+}
+
+}  // namespace snapserve::server

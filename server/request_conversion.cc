@@ -1,0 +1,146 @@
+#include "server/request_conversion.h"
+
+#include <random>
+
+namespace snapserve::server {
+
+namespace v1 = snapserve::v1;
+
+engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
+  engine::GenerationRequest e;
+  e.request_id = r.request_id();
+  switch (r.input_case()) {
+    case v1::GenerateRequest::kPrompt:
+      e.prompt = r.prompt();
+      break;
+    case v1::GenerateRequest::kInputIds:
+      e.input_ids = std::vector<uint32_t>(r.input_ids().ids().begin(), r.input_ids().ids().end());
+      break;
+    case v1::GenerateRequest::kMessages: {
+      std::vector<engine::ChatMessage> messages;
+      for (const auto& m : r.messages().messages()) messages.push_back({m.role(), m.content()});
+      e.messages = std::move(messages);
+      break;
+    }
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      break;
+  }
+  const auto& s = r.sampling();
+  e.temperature = s.temperature();
+  e.top_k = s.top_k();
+  e.top_p = s.top_p();
+  e.repetition_penalty = s.repetition_penalty();
+  if (s.has_seed()) e.seed = s.seed();
+  const auto& st = r.stopping();
+  e.max_new_tokens = st.max_new_tokens();
+  e.stop.assign(st.stop().begin(), st.stop().end());
+  e.stop_token_ids.assign(st.stop_token_ids().begin(), st.stop_token_ids().end());
+  e.ignore_eos = st.ignore_eos();
+  const auto& kv = r.kv_compression();
+  switch (kv.method()) {
+    case v1::KvCompression::NONE: e.kv_compression.method = engine::KvMethod::kNone; break;
+    case v1::KvCompression::SNAPKV: e.kv_compression.method = engine::KvMethod::kSnapKv; break;
+    default: break;
+  }
+  e.kv_compression.window_size = kv.window_size();
+  e.kv_compression.max_capacity_prompt = kv.max_capacity_prompt();
+  e.kv_compression.kernel_size = kv.kernel_size();
+  switch (kv.pooling()) {
+    case v1::KvCompression::MAX: e.kv_compression.pooling = engine::KvPooling::kMax; break;
+    case v1::KvCompression::AVG: e.kv_compression.pooling = engine::KvPooling::kAvg; break;
+    default: break;
+  }
+  return e;
+}
+
+v1::FinishReason ToProto(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kLength: return v1::LENGTH;
+    case engine::FinishReason::kEos: return v1::EOS;
+    case engine::FinishReason::kStopSequence: return v1::STOP_SEQUENCE;
+    case engine::FinishReason::kStopToken: return v1::STOP_TOKEN;
+    case engine::FinishReason::kUnspecified: break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void FillUsage(const engine::Usage& u, v1::Usage* out) {
+  out->set_prompt_tokens(u.prompt_tokens);
+  out->set_completion_tokens(u.completion_tokens);
+  out->set_kv_prompt_entries(u.kv_prompt_entries);
+  out->set_kv_kept_entries(u.kv_kept_entries);
+  out->set_compression_ratio(u.compression_ratio);
+  out->set_queue_ms(u.queue_ms);
+  out->set_time_to_first_token_ms(u.time_to_first_token_ms);
+  out->set_total_ms(u.total_ms);
+}
+
+void FillModelInfo(const engine::ModelSummary& s, v1::ModelInfo* out) {
+  out->set_model_id(s.model_id);
+  out->set_architecture(s.architecture);
+  out->set_num_layers(s.num_layers);
+  out->set_num_attention_heads(s.num_attention_heads);
+  out->set_num_key_value_heads(s.num_key_value_heads);
+  out->set_head_dim(s.head_dim);
+  out->set_vocab_size(s.vocab_size);
+  out->set_max_context_length(s.max_context_length);
+  out->set_dtype(s.dtype);
+  out->set_device(s.device);
+  auto* kv = out->mutable_default_kv_compression();
+  kv->set_method(s.default_kv_compression.method == engine::KvMethod::kNone
+                     ? v1::KvCompression::NONE
+                     : v1::KvCompression::SNAPKV);
+  kv->set_window_size(s.default_kv_compression.window_size);
+  kv->set_max_capacity_prompt(s.default_kv_compression.max_capacity_prompt);
+  kv->set_kernel_size(s.default_kv_compression.kernel_size);
+  kv->set_pooling(s.default_kv_compression.pooling == engine::KvPooling::kAvg
+                      ? v1::KvCompression::AVG
+                      : v1::KvCompression::MAX);
+  out->set_max_new_tokens_limit(s.max_new_tokens_limit);
+  out->set_max_batch_size(s.max_batch_size);
+  out->set_kv_cache_capacity_tokens(s.kv_cache_capacity_tokens);
+}
+
+grpc::Status ToGrpc(const Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  switch (s.code()) {
+    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case StatusCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
+    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case StatusCode::kUnimplemented: code = grpc::StatusCode::UNIMPLEMENTED; break;
+    case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+  }
+  return {code, s.message()};
+}
+
+std::string GrpcCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    default: return "UNKNOWN";
+  }
+}
+
+std::string NewRequestId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* hex = "0123456789abcdef";
+  std::string id(32, '0');
+  for (int i = 0; i < 32; i += 16) {
+    uint64_t x = rng();
+    for (int j = 0; j < 16; ++j, x >>= 4) id[i + j] = hex[x & 15];
+  }
+  return id;
+}
+
+}  // namespace snapserve::server

@@ -1,0 +1,29 @@
+// Translation between the API's protobuf messages and the engine's plain
+// structs, and between engine Status codes and gRPC status codes (the one
+// place they are mapped). Includes no LibTorch header.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include <string>
+
+#include "engine/engine.h"
+#include "snapserve/v1/generation.pb.h"
+
+namespace snapserve::server {
+
+// Copies the request's fields; validation is the engine's job.
+engine::GenerationRequest ToEngineRequest(const snapserve::v1::GenerateRequest& request);
+
+snapserve::v1::FinishReason ToProto(engine::FinishReason reason);
+void FillUsage(const engine::Usage& usage, snapserve::v1::Usage* out);
+void FillModelInfo(const engine::ModelSummary& summary, snapserve::v1::ModelInfo* out);
+
+grpc::Status ToGrpc(const Status& status);
+// "OK", "INVALID_ARGUMENT", ... as Prometheus labels and logs spell them.
+std::string GrpcCodeName(grpc::StatusCode code);
+
+// A fresh random request id (32 hex digits) for requests that bring none.
+std::string NewRequestId();
+
+}  // namespace snapserve::server

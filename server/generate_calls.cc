@@ -24,6 +24,23 @@ Clock::time_point EngineDeadline(const grpc::CallbackServerContext& ctx) {
   return Clock::now() + (deadline - std::chrono::system_clock::now());
 }
 
+// gRPC cancels a call whose deadline passed (OnCancel -> Engine::Cancel), and
+// that cancellation usually reaches the scheduler before its own deadline
+// check, so the engine says CANCELLED. The client sees DEADLINE_EXCEEDED;
+// report the same in metrics and logs (found by test_server_e2e.py). The
+// client's own deadline fires a little before ours (ours counts from when its
+// headers arrived) and its RST_STREAM then reaches us as a cancellation just
+// before our deadline: a cancellation that close to the deadline is the deadline.
+grpc::Status DeadlineAware(const grpc::Status& status,
+                           std::chrono::system_clock::time_point deadline) {
+  constexpr auto kSlack = std::chrono::milliseconds(500);
+  if (status.error_code() == grpc::StatusCode::CANCELLED &&
+      std::chrono::system_clock::now() + kSlack >= deadline) {
+    return {grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed"};
+  }
+  return status;
+}
+
 // What every Generate call reports when it ends: metrics and one JSON line.
 void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Status& status,
                 engine::FinishReason reason, const engine::Usage& usage, bool reached_engine,
@@ -45,18 +62,17 @@ void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Sta
     }
     metrics->RecordRequest(r);
   }
-  nlohmann::json fields = {
-      {"request_id", request_id},
-      {"status", code},
-      {"finish_reason", v1::FinishReason_Name(ToProto(reason))},
-      {"prompt_tokens", usage.prompt_tokens},
-      {"completion_tokens", usage.completion_tokens},
-      {"kv_original_size", usage.kv_prompt_entries},
-      {"kv_compressed_size", usage.kv_kept_entries},
-      {"compression_ratio", usage.compression_ratio},
-      {"queue_ms", usage.queue_ms},
-      {"ttft_ms", usage.time_to_first_token_ms},
-      {"duration_ms", total_s * 1e3}};
+  nlohmann::json fields = {{"request_id", request_id},
+                           {"status", code},
+                           {"finish_reason", v1::FinishReason_Name(ToProto(reason))},
+                           {"prompt_tokens", usage.prompt_tokens},
+                           {"completion_tokens", usage.completion_tokens},
+                           {"kv_original_size", usage.kv_prompt_entries},
+                           {"kv_compressed_size", usage.kv_kept_entries},
+                           {"compression_ratio", usage.compression_ratio},
+                           {"queue_ms", usage.queue_ms},
+                           {"ttft_ms", usage.time_to_first_token_ms},
+                           {"duration_ms", total_s * 1e3}};
   if (!status.ok()) fields["error"] = status.error_message();
   LogEvent(status.ok() || status.error_code() == grpc::StatusCode::CANCELLED ? "info" : "warn",
            "inference_complete", fields);
@@ -74,9 +90,11 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     if (req.request_id.empty()) req.request_id = NewRequestId();
     request_id_ = req.request_id;
     response_->set_request_id(request_id_);
+    deadline_ = server_ctx->deadline();
     req.deadline = EngineDeadline(*server_ctx);
     req.arrival = arrival_;
-    Status queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
+    Status queued = CheckEnumValues(*request);
+    if (queued.ok()) queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
     if (!queued.ok()) Complete(ToGrpc(queued), {}, {}, /*reached_engine=*/false);
   }
 
@@ -96,15 +114,16 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     }
     void OnFinish(const Status& status, engine::FinishReason reason,
                   const engine::Usage& usage) override {
-      call_->Complete(ToGrpc(status), reason, usage, /*reached_engine=*/true);
+      call_->Complete(DeadlineAware(ToGrpc(status), call_->deadline_), reason, usage,
+                      /*reached_engine=*/true);
     }
 
    private:
     UnaryCall* call_;
   };
 
-  void Complete(const grpc::Status& status, engine::FinishReason reason,
-                const engine::Usage& usage, bool reached_engine) {
+  void Complete(const grpc::Status& status, engine::FinishReason reason, const engine::Usage& usage,
+                bool reached_engine) {
     if (status.ok()) {
       response_->set_finish_reason(ToProto(reason));
       FillUsage(usage, response_->mutable_usage());
@@ -116,6 +135,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   CallContext ctx_;
   v1::GenerateResponse* response_;
   std::string request_id_;
+  std::chrono::system_clock::time_point deadline_;
   Clock::time_point arrival_ = Clock::now();
 };
 
@@ -130,9 +150,11 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
     engine::GenerationRequest req = ToEngineRequest(*request);
     if (req.request_id.empty()) req.request_id = NewRequestId();
     request_id_ = req.request_id;
+    deadline_ = server_ctx->deadline();
     req.deadline = EngineDeadline(*server_ctx);
     req.arrival = arrival_;
-    Status queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
+    Status queued = CheckEnumValues(*request);
+    if (queued.ok()) queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
     if (!queued.ok()) {
       const grpc::Status status = ToGrpc(queued);
       ReportCall(ctx_.metrics, request_id_, status, {}, {}, false, arrival_);
@@ -171,7 +193,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
     }
     void OnFinish(const Status& status, engine::FinishReason reason,
                   const engine::Usage& usage) override {
-      call_->End(ToGrpc(status), reason, usage);
+      call_->End(DeadlineAware(ToGrpc(status), call_->deadline_), reason, usage);
     }
 
    private:
@@ -238,6 +260,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
 
   CallContext ctx_;
   std::string request_id_;
+  std::chrono::system_clock::time_point deadline_;
   Clock::time_point arrival_ = Clock::now();
 
   std::mutex mu_;

@@ -59,7 +59,8 @@ class GenerationService final : public snapserve::v1::Generation::CallbackServic
  private:
   // UNAVAILABLE while loading or draining; OK otherwise.
   grpc::Status Admission() const;
-  grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx, const grpc::Status& status);
+  grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
+                                        const grpc::Status& status);
 
   Metrics* metrics_;
   std::atomic<engine::Engine*> engine_{nullptr};

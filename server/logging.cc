@@ -18,7 +18,8 @@ void LogEvent(const std::string& level, const std::string& event, nlohmann::json
   const auto lvl = spdlog::level::from_str(level);
   if (!spdlog::should_log(lvl)) return;
   nlohmann::json line = {
-      {"ts", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"ts",
+       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
       {"level", level},
       {"event", event}};
   if (fields.is_object()) line.update(fields);

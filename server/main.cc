@@ -3,19 +3,19 @@
 // reflection), loads the model, and on SIGTERM/SIGINT drains in-flight calls
 // within --shutdown-grace before exiting 0.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 
 #include <atomic>
 #include <csignal>
-#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -39,7 +39,8 @@ bool ReadFile(const std::string& path, std::string* out) {
 }
 
 // Plain TCP, TLS, or mutual TLS, from the --tls-* flags.
-std::shared_ptr<grpc::ServerCredentials> MakeCredentials(const ServerConfig& c, std::string* error) {
+std::shared_ptr<grpc::ServerCredentials> MakeCredentials(const ServerConfig& c,
+                                                         std::string* error) {
   if (c.tls_cert.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
   if (!ReadFile(c.tls_cert, &pair.cert_chain)) *error = "cannot read --tls-cert " + c.tls_cert;
@@ -96,7 +97,8 @@ int Run(const ServerConfig& config) {
       LogEvent("error", "startup_failed", {{"error", "metrics endpoint: " + err}});
       return 1;
     }
-    LogEvent("info", "metrics_listening", {{"address", "0.0.0.0:" + std::to_string(config.metrics_port)}});
+    LogEvent("info", "metrics_listening",
+             {{"address", "0.0.0.0:" + std::to_string(config.metrics_port)}});
   }
 
   GenerationService service(&metrics);
@@ -124,7 +126,9 @@ int Run(const ServerConfig& config) {
   auto* health = server->GetHealthCheckService();
   health->SetServingStatus(false);  // NOT_SERVING while the model loads
   LogEvent("info", "grpc_listening",
-           {{"address", address}, {"port", bound_port}, {"tls", !config.tls_cert.empty()},
+           {{"address", address},
+            {"port", bound_port},
+            {"tls", !config.tls_cert.empty()},
             {"mtls", !config.tls_client_ca.empty()}});
 
   LogEvent("info", "model_loading", {{"model", config.model}});
@@ -156,10 +160,14 @@ int Run(const ServerConfig& config) {
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
   const auto& info = (*engine)->model();
-  LogEvent("info", "serving",
-           {{"model", config.model}, {"model_id", info.model_id}, {"layers", info.num_layers},
-            {"kv_cache_tokens", info.kv_cache_capacity_tokens},
-            {"load_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count()}});
+  LogEvent(
+      "info", "serving",
+      {{"model", config.model},
+       {"model_id", info.model_id},
+       {"layers", info.num_layers},
+       {"kv_cache_tokens", info.kv_cache_capacity_tokens},
+       {"load_s",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count()}});
 
   int signal = 0;
   sigwait(&signals, &signal);

@@ -55,12 +55,12 @@ struct Metrics::Families {
                              .Help("Generated tokens of finished requests")
                              .Register(r)
                              .Add({})),
-        compression_ratio(prometheus::BuildHistogram()
-                              .Name("snapserve_kv_compression_ratio")
-                              .Help("Prompt KV entries before / after SnapKV, per request (1: none)")
-                              .Register(r)
-                              .Add({}, Histogram::BucketBoundaries{1, 1.5, 2, 3, 4, 6, 8, 12, 16,
-                                                                   24, 32, 64})),
+        compression_ratio(
+            prometheus::BuildHistogram()
+                .Name("snapserve_kv_compression_ratio")
+                .Help("Prompt KV entries before / after SnapKV, per request (1: none)")
+                .Register(r)
+                .Add({}, Histogram::BucketBoundaries{1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64})),
         kv_before(prometheus::BuildCounter()
                       .Name("snapserve_kv_entries_before_total")
                       .Help("Prompt KV entries per layer and KV head before compression")

@@ -38,28 +38,58 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
   e.ignore_eos = st.ignore_eos();
   const auto& kv = r.kv_compression();
   switch (kv.method()) {
-    case v1::KvCompression::NONE: e.kv_compression.method = engine::KvMethod::kNone; break;
-    case v1::KvCompression::SNAPKV: e.kv_compression.method = engine::KvMethod::kSnapKv; break;
-    default: break;
+    case v1::KvCompression::NONE:
+      e.kv_compression.method = engine::KvMethod::kNone;
+      break;
+    case v1::KvCompression::SNAPKV:
+      e.kv_compression.method = engine::KvMethod::kSnapKv;
+      break;
+    default:
+      break;
   }
   e.kv_compression.window_size = kv.window_size();
   e.kv_compression.max_capacity_prompt = kv.max_capacity_prompt();
   e.kv_compression.kernel_size = kv.kernel_size();
   switch (kv.pooling()) {
-    case v1::KvCompression::MAX: e.kv_compression.pooling = engine::KvPooling::kMax; break;
-    case v1::KvCompression::AVG: e.kv_compression.pooling = engine::KvPooling::kAvg; break;
-    default: break;
+    case v1::KvCompression::MAX:
+      e.kv_compression.pooling = engine::KvPooling::kMax;
+      break;
+    case v1::KvCompression::AVG:
+      e.kv_compression.pooling = engine::KvPooling::kAvg;
+      break;
+    default:
+      break;
   }
   return e;
 }
 
+Status CheckEnumValues(const v1::GenerateRequest& r) {
+  // Without this an unknown method or pooling silently fell back to the
+  // server default (e.g. a client asking for a future method got SnapKV).
+  const auto& kv = r.kv_compression();
+  if (!v1::KvCompression::Method_IsValid(kv.method())) {
+    return Status::InvalidArgument("kv_compression.method: unknown value " +
+                                   std::to_string(kv.method()));
+  }
+  if (!v1::KvCompression::Pooling_IsValid(kv.pooling())) {
+    return Status::InvalidArgument("kv_compression.pooling: unknown value " +
+                                   std::to_string(kv.pooling()));
+  }
+  return Status::Ok();
+}
+
 v1::FinishReason ToProto(engine::FinishReason reason) {
   switch (reason) {
-    case engine::FinishReason::kLength: return v1::LENGTH;
-    case engine::FinishReason::kEos: return v1::EOS;
-    case engine::FinishReason::kStopSequence: return v1::STOP_SEQUENCE;
-    case engine::FinishReason::kStopToken: return v1::STOP_TOKEN;
-    case engine::FinishReason::kUnspecified: break;
+    case engine::FinishReason::kLength:
+      return v1::LENGTH;
+    case engine::FinishReason::kEos:
+      return v1::EOS;
+    case engine::FinishReason::kStopSequence:
+      return v1::STOP_SEQUENCE;
+    case engine::FinishReason::kStopToken:
+      return v1::STOP_TOKEN;
+    case engine::FinishReason::kUnspecified:
+      break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }
@@ -104,31 +134,58 @@ void FillModelInfo(const engine::ModelSummary& s, v1::ModelInfo* out) {
 grpc::Status ToGrpc(const Status& s) {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
   switch (s.code()) {
-    case StatusCode::kOk: return grpc::Status::OK;
-    case StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case StatusCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
-    case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    case StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
-    case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
-    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
-    case StatusCode::kUnimplemented: code = grpc::StatusCode::UNIMPLEMENTED; break;
-    case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+    case StatusCode::kOk:
+      return grpc::Status::OK;
+    case StatusCode::kInvalidArgument:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case StatusCode::kResourceExhausted:
+      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+      break;
+    case StatusCode::kDeadlineExceeded:
+      code = grpc::StatusCode::DEADLINE_EXCEEDED;
+      break;
+    case StatusCode::kCancelled:
+      code = grpc::StatusCode::CANCELLED;
+      break;
+    case StatusCode::kUnavailable:
+      code = grpc::StatusCode::UNAVAILABLE;
+      break;
+    case StatusCode::kNotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case StatusCode::kUnimplemented:
+      code = grpc::StatusCode::UNIMPLEMENTED;
+      break;
+    case StatusCode::kInternal:
+      code = grpc::StatusCode::INTERNAL;
+      break;
   }
   return {code, s.message()};
 }
 
 std::string GrpcCodeName(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    default: return "UNKNOWN";
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    default:
+      return "UNKNOWN";
   }
 }
 

@@ -15,6 +15,11 @@ namespace snapserve::server {
 // Copies the request's fields; validation is the engine's job.
 engine::GenerationRequest ToEngineRequest(const snapserve::v1::GenerateRequest& request);
 
+// INVALID_ARGUMENT for enum values this server does not know (proto3 enums are
+// open, so a newer client can send them). The engine's structs cannot carry
+// such values, so this is the one check made before ToEngineRequest.
+Status CheckEnumValues(const snapserve::v1::GenerateRequest& request);
+
 snapserve::v1::FinishReason ToProto(engine::FinishReason reason);
 void FillUsage(const engine::Usage& usage, snapserve::v1::Usage* out);
 void FillModelInfo(const engine::ModelSummary& summary, snapserve::v1::ModelInfo* out);

@@ -23,8 +23,8 @@ std::string SetInt(int& field, const std::string& v, int64_t lo, int64_t hi) {
   errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi) {
-    return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
-           v + "'";
+    return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+           "], got '" + v + "'";
   }
   field = static_cast<int>(x);
   return "";
@@ -52,7 +52,9 @@ std::string EnvName(const std::string& flag) {
 const std::vector<FlagSpec>& Flags() {
   static const std::vector<FlagSpec> flags = {
       {"host", "address to listen on for gRPC",
-       [](ServerConfig& c, const std::string& v) { return v.empty() ? "must not be empty" : (c.host = v, ""); },
+       [](ServerConfig& c, const std::string& v) {
+         return v.empty() ? "must not be empty" : (c.host = v, "");
+       },
        [](const ServerConfig& c) { return c.host; }},
       {"port", "gRPC port",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.port, v, 0, 65535); },
@@ -63,7 +65,8 @@ const std::vector<FlagSpec>& Flags() {
       {"max-message-bytes", "largest gRPC message accepted or sent (bytes, or 16MiB)",
        [](ServerConfig& c, const std::string& v) {
          const int64_t b = ParseByteSize(v);
-         if (b < 1024 || b > (int64_t{1} << 31) - 1) return std::string("expected a size in [1KiB, 2GiB), got '") + v + "'";
+         if (b < 1024 || b > (int64_t{1} << 31) - 1)
+           return std::string("expected a size in [1KiB, 2GiB), got '") + v + "'";
          c.max_message_bytes = b;
          return std::string();
        },
@@ -74,18 +77,24 @@ const std::vector<FlagSpec>& Flags() {
       {"tls-key", "PEM private key of --tls-cert",
        [](ServerConfig& c, const std::string& v) { return c.tls_key = v, ""; },
        [](const ServerConfig& c) { return c.tls_key; }},
-      {"tls-client-ca", "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)",
+      {"tls-client-ca",
+       "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)",
        [](ServerConfig& c, const std::string& v) { return c.tls_client_ca = v, ""; },
        [](const ServerConfig& c) { return c.tls_client_ca; }},
       {"shutdown-grace", "seconds SIGTERM waits for in-flight requests before exiting",
        [](ServerConfig& c, const std::string& v) {
          char* end = nullptr;
          const double x = std::strtod(v.c_str(), &end);
-         if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0 || x > 86400) return std::string("expected seconds in [0, 86400], got '") + v + "'";
+         if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0 || x > 86400)
+           return std::string("expected seconds in [0, 86400], got '") + v + "'";
          c.shutdown_grace_s = x;
          return std::string();
        },
-       [](const ServerConfig& c) { std::ostringstream o; o << c.shutdown_grace_s; return o.str(); }},
+       [](const ServerConfig& c) {
+         std::ostringstream o;
+         o << c.shutdown_grace_s;
+         return o.str();
+       }},
       {"model", "model to serve: a .gguf file or a Hugging Face directory",
        [](ServerConfig& c, const std::string& v) { return c.model = v, ""; },
        [](const ServerConfig& c) { return c.model; }},
@@ -93,11 +102,14 @@ const std::vector<FlagSpec>& Flags() {
        [](ServerConfig& c, const std::string& v) { return c.model_id = v, ""; },
        [](const ServerConfig& c) { return c.model_id; }},
       {"dtype", "compute dtype: float32|bfloat16|float16",
-       [](ServerConfig& c, const std::string& v) { return SetChoice(c.dtype, v, {"float32", "bfloat16", "float16"}); },
+       [](ServerConfig& c, const std::string& v) {
+         return SetChoice(c.dtype, v, {"float32", "bfloat16", "float16"});
+       },
        [](const ServerConfig& c) { return c.dtype; }},
       {"device", "cpu|cuda|cuda:N",
        [](ServerConfig& c, const std::string& v) {
-         if (v == "cpu" || v == "cuda" || v.rfind("cuda:", 0) == 0) return c.device = v, std::string();
+         if (v == "cpu" || v == "cuda" || v.rfind("cuda:", 0) == 0)
+           return c.device = v, std::string();
          return "expected cpu, cuda or cuda:N, got '" + v + "'";
        },
        [](const ServerConfig& c) { return c.device; }},
@@ -119,31 +131,43 @@ const std::vector<FlagSpec>& Flags() {
        [](ServerConfig& c, const std::string& v) { return SetInt(c.max_queue, v, 0, 1 << 20); },
        [](const ServerConfig& c) { return std::to_string(c.max_queue); }},
       {"max-new-tokens-limit", "largest max_new_tokens a request may ask for",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.max_new_tokens_limit, v, 1, 1 << 20); },
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.max_new_tokens_limit, v, 1, 1 << 20);
+       },
        [](const ServerConfig& c) { return std::to_string(c.max_new_tokens_limit); }},
       {"default-max-new-tokens", "max_new_tokens when a request leaves it 0",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.default_max_new_tokens, v, 1, 1 << 20); },
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.default_max_new_tokens, v, 1, 1 << 20);
+       },
        [](const ServerConfig& c) { return std::to_string(c.default_max_new_tokens); }},
       {"threads", "CPU threads for compute (0: all cores)",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.threads, v, 0, 4096); },
        [](const ServerConfig& c) { return std::to_string(c.threads); }},
       {"default-kv-method", "KV compression when a request does not say: snapkv|none",
-       [](ServerConfig& c, const std::string& v) { return SetChoice(c.default_kv_method, v, {"snapkv", "none"}); },
+       [](ServerConfig& c, const std::string& v) {
+         return SetChoice(c.default_kv_method, v, {"snapkv", "none"});
+       },
        [](const ServerConfig& c) { return c.default_kv_method; }},
       {"snapkv-window", "SnapKV observation window w",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.snapkv_window, v, 1, 1 << 20); },
        [](const ServerConfig& c) { return std::to_string(c.snapkv_window); }},
       {"snapkv-capacity", "SnapKV prompt entries kept per layer and KV head (C, window included)",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.snapkv_capacity, v, 2, 1 << 24); },
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.snapkv_capacity, v, 2, 1 << 24);
+       },
        [](const ServerConfig& c) { return std::to_string(c.snapkv_capacity); }},
       {"snapkv-kernel", "SnapKV pooling kernel size (odd)",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.snapkv_kernel, v, 1, 1023); },
        [](const ServerConfig& c) { return std::to_string(c.snapkv_kernel); }},
       {"snapkv-pooling", "SnapKV pooling: max|avg",
-       [](ServerConfig& c, const std::string& v) { return SetChoice(c.snapkv_pooling, v, {"max", "avg"}); },
+       [](ServerConfig& c, const std::string& v) {
+         return SetChoice(c.snapkv_pooling, v, {"max", "avg"});
+       },
        [](const ServerConfig& c) { return c.snapkv_pooling; }},
       {"log-level", "trace|debug|info|warn|error",
-       [](ServerConfig& c, const std::string& v) { return SetChoice(c.log_level, v, {"trace", "debug", "info", "warn", "error"}); },
+       [](ServerConfig& c, const std::string& v) {
+         return SetChoice(c.log_level, v, {"trace", "debug", "info", "warn", "error"});
+       },
        [](const ServerConfig& c) { return c.log_level; }},
   };
   return flags;
@@ -158,14 +182,18 @@ const FlagSpec* FindFlag(const std::string& name) {
 
 // Cross-flag rules that no single flag can check.
 std::string CheckConsistency(const ServerConfig& c) {
-  if (c.tls_cert.empty() != c.tls_key.empty()) return "--tls-cert and --tls-key must be given together";
-  if (!c.tls_client_ca.empty() && c.tls_cert.empty()) return "--tls-client-ca needs --tls-cert and --tls-key";
-  if (c.snapkv_kernel % 2 == 0) return "--snapkv-kernel must be odd, got " + std::to_string(c.snapkv_kernel);
+  if (c.tls_cert.empty() != c.tls_key.empty())
+    return "--tls-cert and --tls-key must be given together";
+  if (!c.tls_client_ca.empty() && c.tls_cert.empty())
+    return "--tls-client-ca needs --tls-cert and --tls-key";
+  if (c.snapkv_kernel % 2 == 0)
+    return "--snapkv-kernel must be odd, got " + std::to_string(c.snapkv_kernel);
   if (c.snapkv_window >= c.snapkv_capacity) {
-    return "--snapkv-window must be less than --snapkv-capacity (" + std::to_string(c.snapkv_window) +
-           " >= " + std::to_string(c.snapkv_capacity) + ")";
+    return "--snapkv-window must be less than --snapkv-capacity (" +
+           std::to_string(c.snapkv_window) + " >= " + std::to_string(c.snapkv_capacity) + ")";
   }
-  if (c.default_max_new_tokens > c.max_new_tokens_limit) return "--default-max-new-tokens exceeds --max-new-tokens-limit";
+  if (c.default_max_new_tokens > c.max_new_tokens_limit)
+    return "--default-max-new-tokens exceeds --max-new-tokens-limit";
   if (c.port != 0 && c.port == c.metrics_port) return "--port and --metrics-port must differ";
   return "";
 }
@@ -178,14 +206,22 @@ int64_t ParseByteSize(const std::string& text) {
   if (text.empty() || end == text.c_str() || !std::isfinite(x) || x < 0) return -1;
   const std::string unit(end);
   double mult = 1;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "KiB" || unit == "Ki") mult = 1024.0;
-  else if (unit == "MiB" || unit == "Mi") mult = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "Gi") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "KB" || unit == "K") mult = 1e3;
-  else if (unit == "MB" || unit == "M") mult = 1e6;
-  else if (unit == "GB" || unit == "G") mult = 1e9;
-  else return -1;
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "KiB" || unit == "Ki")
+    mult = 1024.0;
+  else if (unit == "MiB" || unit == "Mi")
+    mult = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "Gi")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "KB" || unit == "K")
+    mult = 1e3;
+  else if (unit == "MB" || unit == "M")
+    mult = 1e6;
+  else if (unit == "GB" || unit == "G")
+    mult = 1e9;
+  else
+    return -1;
   const double bytes = x * mult;
   if (bytes > 9.0e18) return -1;
   return static_cast<int64_t>(bytes);
@@ -220,7 +256,8 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") return {r.config, true, 0, ServerHelp()};
-    if (a.rfind("--", 0) != 0) return {r.config, true, 2, "unexpected argument '" + a + "' (see --help)"};
+    if (a.rfind("--", 0) != 0)
+      return {r.config, true, 2, "unexpected argument '" + a + "' (see --help)"};
     std::string name = a.substr(2);
     std::string value;
     const size_t eq = name.find('=');

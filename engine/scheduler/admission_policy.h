@@ -18,9 +18,9 @@ namespace snapserve::scheduler {
 struct AdmissionLimits {
   int64_t free_blocks = 0;
   int64_t block_size = 16;
-  int64_t running = 0;                 // sequences already in the batch
-  int64_t max_batch_size = 1;          // most sequences in the batch
-  int64_t prefill_token_budget = 0;    // prompt tokens to prefill this iteration
+  int64_t running = 0;               // sequences already in the batch
+  int64_t max_batch_size = 1;        // most sequences in the batch
+  int64_t prefill_token_budget = 0;  // prompt tokens to prefill this iteration
 };
 
 struct WaitingCandidate {

@@ -15,10 +15,14 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 
 engine::FinishReason ToEngine(sampling::FinishReason r) {
   switch (r) {
-    case sampling::FinishReason::kLength: return engine::FinishReason::kLength;
-    case sampling::FinishReason::kEos: return engine::FinishReason::kEos;
-    case sampling::FinishReason::kStopSequence: return engine::FinishReason::kStopSequence;
-    case sampling::FinishReason::kStopToken: return engine::FinishReason::kStopToken;
+    case sampling::FinishReason::kLength:
+      return engine::FinishReason::kLength;
+    case sampling::FinishReason::kEos:
+      return engine::FinishReason::kEos;
+    case sampling::FinishReason::kStopSequence:
+      return engine::FinishReason::kStopSequence;
+    case sampling::FinishReason::kStopToken:
+      return engine::FinishReason::kStopToken;
   }
   return engine::FinishReason::kUnspecified;
 }
@@ -139,8 +143,9 @@ void Scheduler::EndCancelledAndExpired(Clock::time_point now) {
     if (seq->cancelled) {
       Finish(*seq, Status::Cancelled("request cancelled"), {});
     } else if (now >= seq->deadline) {
-      Finish(*seq, Status::DeadlineExceeded("deadline passed after " +
-                                            std::to_string(seq->generated) + " tokens"),
+      Finish(*seq,
+             Status::DeadlineExceeded("deadline passed after " + std::to_string(seq->generated) +
+                                      " tokens"),
              {});
     } else {
       return false;
@@ -296,7 +301,8 @@ void Scheduler::Finish(Sequence& seq, const Status& status, engine::FinishReason
   // EOS and stop tokens are generated but not returned; count what was returned.
   u.completion_tokens = static_cast<uint32_t>(
       seq.generated -
-      ((reason == engine::FinishReason::kEos || reason == engine::FinishReason::kStopToken) ? 1 : 0));
+      ((reason == engine::FinishReason::kEos || reason == engine::FinishReason::kStopToken) ? 1
+                                                                                            : 0));
   u.kv_prompt_entries = static_cast<uint32_t>(seq.prompt.size());
   u.kv_kept_entries = static_cast<uint32_t>(seq.kept_entries);
   u.compression_ratio =

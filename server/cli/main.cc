@@ -24,20 +24,22 @@ namespace {
 namespace v1 = snapserve::v1;
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: snapserve-cli [--target=HOST:PORT] [--ca=PEM] [--timeout=SECONDS] COMMAND\n"
-               "commands:\n"
-               "  health                      grpc.health.v1 status of the server\n"
-               "  info                        the served model and limits\n"
-               "  tokenize TEXT               token ids of TEXT\n"
-               "  generate [opts] PROMPT      stream a completion to the terminal\n"
-               "     --max-new-tokens=N --temperature=T --top-k=K --top-p=P --seed=S\n"
-               "     --kv=snapkv|none --capacity=C --window=W --chat (send PROMPT as a user message)\n");
+  std::fprintf(
+      stderr,
+      "usage: snapserve-cli [--target=HOST:PORT] [--ca=PEM] [--timeout=SECONDS] COMMAND\n"
+      "commands:\n"
+      "  health                      grpc.health.v1 status of the server\n"
+      "  info                        the served model and limits\n"
+      "  tokenize TEXT               token ids of TEXT\n"
+      "  generate [opts] PROMPT      stream a completion to the terminal\n"
+      "     --max-new-tokens=N --temperature=T --top-k=K --top-p=P --seed=S\n"
+      "     --kv=snapkv|none --capacity=C --window=W --chat (send PROMPT as a user message)\n");
   return 2;
 }
 
 int Fail(const grpc::Status& s) {
-  std::fprintf(stderr, "error: %d %s\n", static_cast<int>(s.error_code()), s.error_message().c_str());
+  std::fprintf(stderr, "error: %d %s\n", static_cast<int>(s.error_code()),
+               s.error_message().c_str());
   return 1;
 }
 
@@ -46,7 +48,9 @@ int Fail(const grpc::Status& s) {
 int Health(grpc::Channel& channel, double timeout) {
   grpc::GenericStub stub(channel.shared_from_this());
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout)));
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::duration<double>(timeout)));
   grpc::ByteBuffer request;  // empty HealthCheckRequest: the whole server
   grpc::ByteBuffer response;
   std::mutex mu;
@@ -87,11 +91,16 @@ int main(int argc, char** argv) {
       const size_t eq = a.find('=');
       const std::string key = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
       const std::string value = eq == std::string::npos ? "" : a.substr(eq + 1);
-      if (key == "target") target = value;
-      else if (key == "ca") ca = value;
-      else if (key == "timeout") timeout = std::stod(value);
-      else if (key == "help") return Usage();
-      else opts[key] = value;
+      if (key == "target")
+        target = value;
+      else if (key == "ca")
+        ca = value;
+      else if (key == "timeout")
+        timeout = std::stod(value);
+      else if (key == "help")
+        return Usage();
+      else
+        opts[key] = value;
     } else {
       positional.push_back(a);
     }
@@ -148,17 +157,21 @@ int main(int argc, char** argv) {
     } else {
       req.set_prompt(positional[1]);
     }
-    if (opts.count("max-new-tokens")) req.mutable_stopping()->set_max_new_tokens(std::stoul(opts["max-new-tokens"]));
-    if (opts.count("temperature")) req.mutable_sampling()->set_temperature(std::stof(opts["temperature"]));
+    if (opts.count("max-new-tokens"))
+      req.mutable_stopping()->set_max_new_tokens(std::stoul(opts["max-new-tokens"]));
+    if (opts.count("temperature"))
+      req.mutable_sampling()->set_temperature(std::stof(opts["temperature"]));
     if (opts.count("top-k")) req.mutable_sampling()->set_top_k(std::stoul(opts["top-k"]));
     if (opts.count("top-p")) req.mutable_sampling()->set_top_p(std::stof(opts["top-p"]));
     if (opts.count("seed")) req.mutable_sampling()->set_seed(std::stoull(opts["seed"]));
     if (opts.count("kv")) {
       req.mutable_kv_compression()->set_method(opts["kv"] == "none" ? v1::KvCompression::NONE
-                                                                     : v1::KvCompression::SNAPKV);
+                                                                    : v1::KvCompression::SNAPKV);
     }
-    if (opts.count("capacity")) req.mutable_kv_compression()->set_max_capacity_prompt(std::stoul(opts["capacity"]));
-    if (opts.count("window")) req.mutable_kv_compression()->set_window_size(std::stoul(opts["window"]));
+    if (opts.count("capacity"))
+      req.mutable_kv_compression()->set_max_capacity_prompt(std::stoul(opts["capacity"]));
+    if (opts.count("window"))
+      req.mutable_kv_compression()->set_window_size(std::stoul(opts["window"]));
     grpc::ClientContext ctx;
     deadline(ctx);
     auto reader = stub->GenerateStream(&ctx, req);

@@ -161,3 +161,21 @@ def start_server():
     yield start
     for s in started:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def start_module_server():
+    """As start_server, but the processes live for the whole test module (one
+    server shared by many slow cases); stopped at module teardown."""
+    started = []
+
+    def start(args, env=None, wait=True):
+        s = ServerProcess(args, env)
+        started.append(s)
+        if wait:
+            s.wait_serving()
+        return s
+
+    yield start
+    for s in started:
+        s.stop()

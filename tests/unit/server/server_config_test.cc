@@ -44,7 +44,8 @@ TEST(ServerConfigTest, DashesUnderscoresAndSeparateValues) {
 }
 
 TEST(ServerConfigTest, EnvironmentIsOverriddenByCommandLine) {
-  ParseResult r = Parse({"--port=6000"}, {{"SNAPSERVE_PORT", "5000"}, {"SNAPSERVE_DTYPE", "bfloat16"}});
+  ParseResult r =
+      Parse({"--port=6000"}, {{"SNAPSERVE_PORT", "5000"}, {"SNAPSERVE_DTYPE", "bfloat16"}});
   ASSERT_FALSE(r.exit) << r.message;
   EXPECT_EQ(r.config.port, 6000);
   EXPECT_EQ(r.config.dtype, "bfloat16");

@@ -1,0 +1,115 @@
+#include "engine/model/llama_model.h"
+
+#include <cmath>
+
+#include "engine/model/rope.h"
+
+namespace snapserve::model {
+
+LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType dtype,
+                       at::Device device)
+    : config_(std::move(config)), w_(std::move(weights)), dtype_(dtype), device_(device) {
+  inv_freq_ = RopeInvFreq(config_, device_);
+}
+
+at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
+  // As transformers' LlamaRMSNorm: statistics in float32, scale in the run
+  // dtype. x is the float32 residual stream; the result feeds a matmul.
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
+  return weight * (xf * at::rsqrt(variance + config_.rms_norm_eps)).to(dtype_);
+}
+
+at::Tensor LlamaModel::Mlp(const LayerWeights& l, const at::Tensor& x) const {
+  at::Tensor gate_up = at::linear(x, l.gate_up);  // [m, 2 * intermediate]
+  const int64_t inter = config_.intermediate;
+  at::Tensor act = at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter);
+  return at::linear(act, l.down);
+}
+
+at::Tensor LlamaModel::Embed(const std::vector<int32_t>& tokens) const {
+  for (int32_t t : tokens) {
+    TORCH_CHECK(t >= 0 && t < config_.vocab, "token id ", t, " out of range [0, ", config_.vocab,
+                ")");
+  }
+  at::Tensor ids = at::tensor(at::ArrayRef<int32_t>(tokens), at::kInt).to(at::kLong);
+  return at::embedding(w_.embed, ids.to(device_));
+}
+
+at::Tensor LlamaModel::Logits(const at::Tensor& hidden) const {
+  return at::linear(RmsNorm(hidden, w_.final_norm), w_.lm_head).to(at::kFloat);
+}
+
+at::Tensor LlamaModel::Prefill(int64_t seq, const std::vector<int32_t>& tokens, KvStore& store,
+                               bool all_logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  TORCH_CHECK(n > 0, "Prefill: empty prompt");
+  const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, D = config_.head_dim;
+  const int64_t group = H / Hkv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+
+  at::Tensor positions = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device_));
+  auto [cos, sin] = RopeCosSin(inv_freq_, positions, dtype_);  // [n, D]
+  cos = cos.unsqueeze(1);                                      // [n, 1, D]: broadcast over heads
+  sin = sin.unsqueeze(1);
+
+  // Mistral: a query sees only the last `sliding_window` positions (itself
+  // included), as transformers' sliding_window_overlay: kv > q - window.
+  std::optional<at::Tensor> mask;
+  bool causal = true;
+  if (config_.sliding_window > 0 && n > config_.sliding_window) {
+    at::Tensor qi = positions.unsqueeze(1), ki = positions.unsqueeze(0);
+    mask = (ki <= qi) & (ki > qi - config_.sliding_window);
+    causal = false;
+  }
+
+  at::Tensor h = Embed(tokens).to(at::kFloat);  // [n, hidden], the float32 residual stream
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    const LayerWeights& l = w_.layers[i];
+    at::Tensor qkv = at::linear(RmsNorm(h, l.attn_norm), l.qkv).view({n, H + 2 * Hkv, D});
+    // q and k are adjacent heads of one buffer: one RoPE call rotates both.
+    at::Tensor qk = ApplyRope(qkv.narrow(1, 0, H + Hkv), cos, sin);
+    at::Tensor q = qk.narrow(1, 0, H).transpose(0, 1);           // [H, n, D]
+    at::Tensor k = qk.narrow(1, H, Hkv).transpose(0, 1);         // [Hkv, n, D]
+    at::Tensor v = qkv.narrow(1, H + Hkv, Hkv).transpose(0, 1);  // [Hkv, n, D]
+    // Repeat K/V per query head: SDPA's fused CPU/CUDA kernels take equal
+    // head counts; the copies live only for this layer.
+    auto repeat = [&](const at::Tensor& t) {
+      return t.unsqueeze(1).expand({Hkv, group, n, D}).reshape({H, n, D});
+    };
+    at::Tensor attn = at::scaled_dot_product_attention(q, repeat(k), repeat(v), mask, 0.0, causal,
+                                                       scale);  // [H, n, D]
+    store.StorePrefillLayer(seq, i, q, k, v);
+    h = h + at::linear(attn.transpose(0, 1).reshape({n, H * D}), l.o_proj);
+    h = h + Mlp(l, RmsNorm(h, l.mlp_norm));
+  }
+  if (!all_logits) return Logits(h.narrow(0, n - 1, 1)).squeeze(0);
+  return Logits(h);
+}
+
+at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vector<int32_t>& tokens,
+                              const std::vector<int64_t>& positions, KvStore& store) {
+  const int64_t B = static_cast<int64_t>(seqs.size());
+  TORCH_CHECK(B > 0 && tokens.size() == seqs.size() && positions.size() == seqs.size(),
+              "Decode: seqs, tokens and positions must have the same non-zero size");
+  const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, D = config_.head_dim;
+
+  at::Tensor pos = at::tensor(at::ArrayRef<int64_t>(positions), at::kLong).to(device_);
+  auto [cos, sin] = RopeCosSin(inv_freq_, pos, dtype_);  // [B, D]
+  cos = cos.unsqueeze(1);
+  sin = sin.unsqueeze(1);
+
+  at::Tensor h = Embed(tokens).to(at::kFloat);  // [B, hidden], float32 residual stream
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    const LayerWeights& l = w_.layers[i];
+    at::Tensor qkv = at::linear(RmsNorm(h, l.attn_norm), l.qkv).view({B, H + 2 * Hkv, D});
+    at::Tensor qk = ApplyRope(qkv.narrow(1, 0, H + Hkv), cos, sin);
+    at::Tensor attn = store.DecodeAttention(seqs, i, qk.narrow(1, 0, H), qk.narrow(1, H, Hkv),
+                                            qkv.narrow(1, H + Hkv, Hkv));  // [B, H, D]
+    h = h + at::linear(attn.reshape({B, H * D}), l.o_proj);
+    h = h + Mlp(l, RmsNorm(h, l.mlp_norm));
+  }
+  return Logits(h);
+}
+
+}  // namespace snapserve::model

@@ -1,0 +1,190 @@
+#include "engine/model/model_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace snapserve::model {
+namespace {
+
+using nlohmann::json;
+
+// Reads an integer field; missing or null keeps `*out`.
+Status ReadInt(const json& j, const char* key, int64_t* out, const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number_integer()) {
+    return Status::InvalidArgument(source + ": `" + key + "` must be an integer");
+  }
+  *out = it->get<int64_t>();
+  return Status::Ok();
+}
+
+Status ReadDouble(const json& j, const char* key, double* out, const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number()) {
+    return Status::InvalidArgument(source + ": `" + key + "` must be a number");
+  }
+  *out = it->get<double>();
+  return Status::Ok();
+}
+
+Status ParseRope(const json& rope, const std::string& source, ModelConfig* c) {
+  if (!rope.is_object())
+    return Status::InvalidArgument(source + ": rope parameters must be an object");
+  SNAPSERVE_RETURN_IF_ERROR(ReadDouble(rope, "rope_theta", &c->rope_theta, source));
+  std::string type = "default";
+  // Older configs spell it `type`, newer ones `rope_type`.
+  for (const char* key : {"rope_type", "type"}) {
+    auto it = rope.find(key);
+    if (it != rope.end() && it->is_string()) {
+      type = it->get<std::string>();
+      break;
+    }
+  }
+  RopeScaling& s = c->rope_scaling;
+  if (type == "default") {
+    s.kind = RopeScaling::Kind::kNone;
+    return Status::Ok();
+  }
+  SNAPSERVE_RETURN_IF_ERROR(ReadDouble(rope, "factor", &s.factor, source));
+  if (type == "linear") {
+    s.kind = RopeScaling::Kind::kLinear;
+  } else if (type == "llama3") {
+    s.kind = RopeScaling::Kind::kLlama3;
+    SNAPSERVE_RETURN_IF_ERROR(ReadDouble(rope, "low_freq_factor", &s.low_freq_factor, source));
+    SNAPSERVE_RETURN_IF_ERROR(ReadDouble(rope, "high_freq_factor", &s.high_freq_factor, source));
+    s.original_max_position_embeddings = c->max_context;
+    SNAPSERVE_RETURN_IF_ERROR(ReadInt(rope, "original_max_position_embeddings",
+                                      &s.original_max_position_embeddings, source));
+  } else {
+    return Status::Unimplemented(source + ": rope type `" + type +
+                                 "` is not supported (default, linear, llama3 are)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ModelConfig::Validate(const std::string& source) const {
+  auto bad = [&](const std::string& what) { return Status::InvalidArgument(source + ": " + what); };
+  if (architecture != "llama" && architecture != "mistral") {
+    return Status::Unimplemented(source + ": architecture `" + architecture +
+                                 "` is not supported (llama, mistral are)");
+  }
+  if (num_layers <= 0) return bad("num_hidden_layers must be positive");
+  if (hidden <= 0) return bad("hidden_size must be positive");
+  if (intermediate <= 0) return bad("intermediate_size must be positive");
+  if (num_heads <= 0) return bad("num_attention_heads must be positive");
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) {
+    return bad("num_key_value_heads must be positive and divide num_attention_heads");
+  }
+  if (head_dim <= 0 || head_dim % 2 != 0) return bad("head_dim must be positive and even");
+  if (vocab <= 0) return bad("vocab_size must be positive");
+  if (max_context <= 0) return bad("max_position_embeddings must be positive");
+  if (rope_theta <= 0) return bad("rope_theta must be positive");
+  if (rms_norm_eps <= 0) return bad("rms_norm_eps must be positive");
+  if (sliding_window < 0) return bad("sliding_window must not be negative");
+  if (rope_scaling.kind != RopeScaling::Kind::kNone && rope_scaling.factor <= 0) {
+    return bad("rope scaling factor must be positive");
+  }
+  if (rope_scaling.kind == RopeScaling::Kind::kLlama3 &&
+      (rope_scaling.original_max_position_embeddings <= 0 ||
+       rope_scaling.high_freq_factor <= rope_scaling.low_freq_factor)) {
+    return bad(
+        "llama3 rope scaling needs original_max_position_embeddings > 0 and "
+        "high_freq_factor > low_freq_factor");
+  }
+  if (rope_scaling.kind == RopeScaling::Kind::kFreqFactors &&
+      static_cast<int64_t>(rope_scaling.freq_factors.size()) != head_dim / 2) {
+    return bad("rope_freqs has " + std::to_string(rope_scaling.freq_factors.size()) +
+               " entries, expected head_dim/2 = " + std::to_string(head_dim / 2));
+  }
+  return Status::Ok();
+}
+
+std::string ModelConfig::DebugString() const {
+  std::ostringstream o;
+  o << architecture << ": layers=" << num_layers << " hidden=" << hidden
+    << " intermediate=" << intermediate << " heads=" << num_heads << " kv_heads=" << num_kv_heads
+    << " head_dim=" << head_dim << " vocab=" << vocab << " ctx=" << max_context
+    << " rope_theta=" << rope_theta << " rope_scaling=" << static_cast<int>(rope_scaling.kind)
+    << " eps=" << rms_norm_eps << " tied=" << tie_word_embeddings
+    << " sliding_window=" << sliding_window;
+  return o.str();
+}
+
+StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& source) {
+  json j = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::InvalidArgument(source + ": not valid JSON");
+  if (!j.is_object()) return Status::InvalidArgument(source + ": top level must be an object");
+
+  ModelConfig c;
+  auto model_type = j.find("model_type");
+  if (model_type == j.end() || !model_type->is_string()) {
+    return Status::InvalidArgument(source + ": `model_type` missing");
+  }
+  c.architecture = model_type->get<std::string>();
+  SNAPSERVE_RETURN_IF_ERROR(ReadInt(j, "num_hidden_layers", &c.num_layers, source));
+  SNAPSERVE_RETURN_IF_ERROR(ReadInt(j, "hidden_size", &c.hidden, source));
+  SNAPSERVE_RETURN_IF_ERROR(ReadInt(j, "intermediate_size", &c.intermediate, source));
+  SNAPSERVE_RETURN_IF_ERROR(ReadInt(j, "num_attention_heads", &c.num_heads, source));
+  c.num_kv_heads = c.num_heads;  // transformers' default when the key is absent
+  SNAPSERVE_RETURN_IF_ERROR(ReadInt(j, "num_key_value_heads", &c.num_kv_heads, source));
+  if (c.num_heads > 0) c.head_dim = c.hidden / c.num_heads;
+  SNAPSERVE_RETURN_IF_ERROR(ReadInt(j, "head_dim", &c.head_dim, source));
+  SNAPSERVE_RETURN_IF_ERROR(ReadInt(j, "vocab_size", &c.vocab, source));
+  SNAPSERVE_RETURN_IF_ERROR(ReadInt(j, "max_position_embeddings", &c.max_context, source));
+  SNAPSERVE_RETURN_IF_ERROR(ReadDouble(j, "rms_norm_eps", &c.rms_norm_eps, source));
+  SNAPSERVE_RETURN_IF_ERROR(ReadDouble(j, "rope_theta", &c.rope_theta, source));
+  SNAPSERVE_RETURN_IF_ERROR(ReadInt(j, "sliding_window", &c.sliding_window, source));
+  SNAPSERVE_RETURN_IF_ERROR(ReadInt(j, "bos_token_id", &c.bos_token_id, source));
+  if (auto it = j.find("tie_word_embeddings"); it != j.end() && it->is_boolean()) {
+    c.tie_word_embeddings = it->get<bool>();
+  }
+  if (auto it = j.find("eos_token_id"); it != j.end()) {
+    if (it->is_number_integer()) {
+      c.eos_token_ids.push_back(it->get<int64_t>());
+    } else if (it->is_array()) {
+      for (const auto& e : *it) {
+        if (!e.is_number_integer()) {
+          return Status::InvalidArgument(source + ": `eos_token_id` entries must be integers");
+        }
+        c.eos_token_ids.push_back(e.get<int64_t>());
+      }
+    }
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    if (auto it = j.find(key); it != j.end() && it->is_boolean() && it->get<bool>()) {
+      return Status::Unimplemented(source + ": `" + key + "`=true is not supported");
+    }
+  }
+  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
+    return Status::Unimplemented(source + ": hidden_act `" + it->get<std::string>() +
+                                 "` is not supported (silu is)");
+  }
+  // transformers 5 writes `rope_parameters` (theta inside); older files
+  // `rope_scaling` next to a top-level `rope_theta`.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = j.find(key);
+    if (it != j.end() && !it->is_null()) {
+      SNAPSERVE_RETURN_IF_ERROR(ParseRope(*it, source + " (" + key + ")", &c));
+      break;
+    }
+  }
+  SNAPSERVE_RETURN_IF_ERROR(c.Validate(source));
+  return c;
+}
+
+StatusOr<ModelConfig> LoadHfConfig(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseHfConfig(text.str(), path);
+}
+
+}  // namespace snapserve::model

@@ -1,0 +1,208 @@
+"""kernels/paged_attention and kernels/kv_append (through torch.ops.snapserve)
+against a dense reference in plain torch: the paged K/V are gathered through
+the block table into contiguous tensors and attended with
+torch.nn.functional.scaled_dot_product_attention in float32.
+
+Tolerances. float32: 1e-5 (both sides compute float32 dot products and a
+float32 softmax, differing only in summation order). bfloat16 / float16: the
+inputs are the same low-precision values on both sides and the reference
+computes in float32, so the only extra error is the kernel rounding its output
+to the input dtype: half an ulp, i.e. 2^-9 (bfloat16) / 2^-12 (float16)
+relative; we allow 1e-2 / 2e-3 absolute + relative.
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import cuda_available
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+def make_case(batch_lens, num_heads, num_kv_heads, head_dim, block_size, dtype, seed,
+              device="cpu"):
+    """Random caches and shuffled, non-contiguous block tables: sequence b's
+    blocks are a slice of one random permutation of the pool."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks_needed = [math.ceil(n / block_size) for n in batch_lens]
+    num_blocks = sum(blocks_needed) + 3  # a few blocks nobody owns
+    max_blocks = max(blocks_needed) + 1
+    key_cache = torch.randn(num_blocks, num_kv_heads, block_size, head_dim, generator=gen)
+    value_cache = torch.randn(num_blocks, num_kv_heads, block_size, head_dim, generator=gen)
+    perm = torch.randperm(num_blocks, generator=gen)
+    tables = torch.zeros(len(batch_lens), max_blocks, dtype=torch.int32)
+    used = 0
+    for b, nb in enumerate(blocks_needed):
+        tables[b, :nb] = perm[used:used + nb].to(torch.int32)
+        used += nb
+    q = torch.randn(len(batch_lens), num_heads, head_dim, generator=gen)
+    lens = torch.tensor(batch_lens, dtype=torch.int32)
+    to = dict(dtype=dtype, device=device)
+    return (q.to(**to), key_cache.to(**to), value_cache.to(**to), tables.to(device),
+            lens.to(device))
+
+
+def gather(cache, table_row, n):
+    """[num_blocks, G, bs, d] + block ids -> the sequence's first n entries [G, n, d]."""
+    nb = math.ceil(n / cache.shape[2])
+    blocks = cache[table_row[:nb].long()]  # [nb, G, bs, d]
+    return blocks.permute(1, 0, 2, 3).reshape(cache.shape[1], -1, cache.shape[3])[:, :n]
+
+
+def reference(q, key_cache, value_cache, tables, lens, scale):
+    out = []
+    group = q.shape[1] // key_cache.shape[1]
+    for b in range(q.shape[0]):
+        n = int(lens[b])
+        k = gather(key_cache, tables[b], n).float().repeat_interleave(group, dim=0)
+        v = gather(value_cache, tables[b], n).float().repeat_interleave(group, dim=0)
+        qb = q[b].float().unsqueeze(1)  # [H, 1, d]
+        out.append(F.scaled_dot_product_attention(qb, k, v, scale=scale).squeeze(1))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
+def test_matches_dense_reference(torch_ops, dtype, group):
+    num_kv_heads = 2
+    lens = [1, 2, 15, 16, 17, 33, 250, 1000]
+    q, kc, vc, tables, ctx = make_case(lens, num_kv_heads * group, num_kv_heads, 64, 16, dtype,
+                                       seed=group)
+    scale = 1 / 8
+    got = torch_ops.paged_decode_attention(q, kc, vc, tables, ctx, scale)
+    assert got.dtype == dtype and got.shape == q.shape
+    want = reference(q, kc, vc, tables, ctx, scale)
+    torch.testing.assert_close(got.float(), want, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_contexts_up_to_8192(torch_ops, dtype):
+    # SmolLM2's shape: 9 query heads over 3 KV heads, head_dim 64.
+    lens = [8192, 4097, 8191, 1]
+    q, kc, vc, tables, ctx = make_case(lens, 9, 3, 64, 16, dtype, seed=7)
+    got = torch_ops.paged_decode_attention(q, kc, vc, tables, ctx, 0.125)
+    want = reference(q, kc, vc, tables, ctx, 0.125)
+    torch.testing.assert_close(got.float(), want, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("block_size,head_dim", [(1, 8), (8, 128), (32, 96), (16, 256)])
+def test_other_block_sizes_and_head_dims(torch_ops, block_size, head_dim):
+    lens = [1, block_size, block_size + 1, 5 * block_size + 3]
+    q, kc, vc, tables, ctx = make_case(lens, 4, 2, head_dim, block_size, torch.float32, seed=3)
+    scale = head_dim ** -0.5
+    got = torch_ops.paged_decode_attention(q, kc, vc, tables, ctx, scale)
+    torch.testing.assert_close(got, reference(q, kc, vc, tables, ctx, scale), atol=1e-5, rtol=1e-5)
+
+
+def test_large_scores_stay_finite(torch_ops):
+    # Scores around 1e3 overflow exp() without the running max.
+    q, kc, vc, tables, ctx = make_case([300, 40], 4, 2, 32, 16, torch.float32, seed=5)
+    got = torch_ops.paged_decode_attention(q * 40, kc, vc, tables, ctx, 1.0)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, reference(q * 40, kc, vc, tables, ctx, 1.0), atol=1e-5,
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kv_append_then_attention_round_trip(torch_ops, dtype, device="cpu"):
+    """Write whole sequences with kv_append (prefill) and then one token at a
+    time (decode) into scattered blocks; attention over the cache must equal
+    attention over the dense K/V that were written."""
+    gen = torch.Generator().manual_seed(11)
+    G, H, d, bs, num_blocks = 2, 6, 32, 4, 40
+    kc = torch.zeros(num_blocks, G, bs, d, dtype=dtype, device=device)
+    vc = torch.zeros_like(kc)
+    free = torch.randperm(num_blocks, generator=gen).tolist()
+    prompts = [3, 9, 1]
+    dense_k = [torch.randn(n, G, d, generator=gen).to(dtype) for n in prompts]
+    dense_v = [torch.randn(n, G, d, generator=gen).to(dtype) for n in prompts]
+    tables = [[] for _ in prompts]
+
+    def slot(b, t):
+        while len(tables[b]) <= t // bs:
+            tables[b].append(free.pop())
+        return tables[b][t // bs] * bs + t % bs
+
+    # Prefill: all sequences' tokens in one call, plus padding (-1) that must be skipped.
+    k_all = torch.cat(dense_k + [torch.full((2, G, d), 99.0).to(dtype)])
+    v_all = torch.cat(dense_v + [torch.full((2, G, d), 99.0).to(dtype)])
+    slots = [slot(b, t) for b, n in enumerate(prompts) for t in range(n)] + [-1, -1]
+    torch_ops.kv_append(kc, vc, k_all.to(device), v_all.to(device),
+                        torch.tensor(slots, dtype=torch.int64, device=device))
+    assert not (kc == 99).any()
+    for step in range(6):  # decode: one token each
+        k_new = torch.randn(len(prompts), G, d, generator=gen).to(dtype)
+        v_new = torch.randn(len(prompts), G, d, generator=gen).to(dtype)
+        slots = [slot(b, dense_k[b].shape[0]) for b in range(len(prompts))]
+        torch_ops.kv_append(kc, vc, k_new.to(device), v_new.to(device),
+                            torch.tensor(slots, dtype=torch.int64, device=device))
+        for b in range(len(prompts)):
+            dense_k[b] = torch.cat([dense_k[b], k_new[b:b + 1]])
+            dense_v[b] = torch.cat([dense_v[b], v_new[b:b + 1]])
+        width = max(len(t) for t in tables)
+        table_t = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
+        lens = torch.tensor([k.shape[0] for k in dense_k], dtype=torch.int32)
+        q = torch.randn(len(prompts), H, d, generator=gen).to(dtype)
+        got = torch_ops.paged_decode_attention(q.to(device), kc, vc, table_t.to(device),
+                                               lens.to(device), d ** -0.5)
+        for b in range(len(prompts)):
+            k = dense_k[b].transpose(0, 1).float().repeat_interleave(H // G, dim=0)
+            v = dense_v[b].transpose(0, 1).float().repeat_interleave(H // G, dim=0)
+            want = F.scaled_dot_product_attention(q[b].float().unsqueeze(1), k, v,
+                                                  scale=d ** -0.5).squeeze(1)
+            torch.testing.assert_close(got[b].float().cpu(), want, atol=TOL[dtype],
+                                       rtol=TOL[dtype])
+
+
+def test_rejects_bad_inputs(torch_ops):
+    q, kc, vc, tables, ctx = make_case([5], 4, 2, 16, 4, torch.float32, seed=1)
+    with pytest.raises(RuntimeError, match="multiple"):
+        torch_ops.paged_decode_attention(q[:, :3], kc, vc, tables, ctx, 1.0)
+    with pytest.raises(RuntimeError, match="context_lens"):
+        torch_ops.paged_decode_attention(q, kc, vc, tables, ctx + 100, 1.0)
+    with pytest.raises(RuntimeError, match="block_tables"):
+        torch_ops.paged_decode_attention(q, kc, vc, tables.long(), ctx, 1.0)
+    with pytest.raises(RuntimeError, match="slot_mapping"):
+        torch_ops.kv_append(kc, vc, torch.zeros(1, 2, 16), torch.zeros(1, 2, 16),
+                            torch.tensor([kc.shape[0] * 4]))
+
+
+# --- CUDA: the same kernels on the GPU against the CPU path -----------------
+
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device")
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
+def test_cuda_matches_cpu(torch_ops, dtype, group):
+    lens = [1, 16, 17, 300, 8192]
+    case = make_case(lens, 2 * group, 2, 64, 16, dtype, seed=group)
+    cpu_out = torch_ops.paged_decode_attention(*case, 0.125)
+    gpu_case = [t.cuda() for t in case]
+    gpu_out = torch_ops.paged_decode_attention(*gpu_case, 0.125)
+    torch.testing.assert_close(gpu_out.cpu().float(), cpu_out.float(), atol=TOL[dtype],
+                               rtol=TOL[dtype])
+    torch.testing.assert_close(gpu_out.float().cpu(), reference(*case, 0.125), atol=TOL[dtype],
+                               rtol=TOL[dtype])
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("head_dim", [32, 96, 128, 256])
+def test_cuda_head_dims(torch_ops, head_dim):
+    case = make_case([5, 100, 1000], 8, 2, head_dim, 16, torch.float32, seed=head_dim)
+    gpu_out = torch_ops.paged_decode_attention(*[t.cuda() for t in case], head_dim ** -0.5)
+    torch.testing.assert_close(gpu_out.cpu(), reference(*case, head_dim ** -0.5), atol=1e-5,
+                               rtol=1e-5)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_kv_append_round_trip(torch_ops, dtype):
+    test_kv_append_then_attention_round_trip(torch_ops, dtype, device="cuda")

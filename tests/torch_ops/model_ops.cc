@@ -1,0 +1,136 @@
+// Torch custom ops that let pytest drive the C++ model against transformers
+// (tests/python/test_model_parity.py, bench/model_vs_hf.py). Loaded models are
+// cached by (path, dtype) so a test module loads each once.
+#include <torch/library.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "engine/model/dense_kv_store.h"
+#include "engine/model/llama_model.h"
+
+namespace snapserve::model {
+namespace {
+
+at::ScalarType ParseDtype(const std::string& s) {
+  if (s == "float32") return at::kFloat;
+  if (s == "bfloat16") return at::kBFloat16;
+  if (s == "float16") return at::kHalf;
+  TORCH_CHECK(false, "unknown dtype `", s, "` (float32, bfloat16, float16)");
+}
+
+LlamaModel& GetModel(const std::string& path, const std::string& dtype, const std::string& device) {
+  static std::mutex mu;
+  static std::map<std::tuple<std::string, std::string, std::string>, std::unique_ptr<LlamaModel>>
+      cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_tuple(path, dtype, device);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    auto m = LoadModel(path, ParseDtype(dtype), at::Device(device));
+    TORCH_CHECK(m.ok(), m.status().ToString());
+    it = cache.emplace(key, std::move(m).value()).first;
+  }
+  return *it->second;
+}
+
+std::vector<int32_t> ToInt32(at::IntArrayRef ids) { return {ids.begin(), ids.end()}; }
+
+// Float32 logits of every prompt position [n, vocab].
+at::Tensor ModelLogits(const std::string& path, const std::string& dtype, at::IntArrayRef ids) {
+  LlamaModel& m = GetModel(path, dtype, "cpu");
+  DenseKvStore store(m.config().num_layers, m.config().sliding_window);
+  return m.Prefill(0, ToInt32(ids), store, /*all_logits=*/true);
+}
+
+// Greedy continuation of `ids`: prefill, then one batched decode step per
+// token (batch 1). Returns the max_new generated ids.
+std::vector<int64_t> ModelGreedy(const std::string& path, const std::string& dtype,
+                                 at::IntArrayRef ids, int64_t max_new) {
+  LlamaModel& m = GetModel(path, dtype, "cpu");
+  DenseKvStore store(m.config().num_layers, m.config().sliding_window);
+  std::vector<int64_t> out;
+  if (max_new <= 0) return out;
+  at::Tensor logits = m.Prefill(0, ToInt32(ids), store);
+  int64_t pos = static_cast<int64_t>(ids.size());
+  for (int64_t i = 0; i < max_new; ++i) {
+    const int64_t next = logits.argmax(-1).item<int64_t>();
+    out.push_back(next);
+    if (i + 1 == max_new) break;
+    logits = m.Decode({0}, {static_cast<int32_t>(next)}, {pos++}, store)[0];
+  }
+  return out;
+}
+
+// Greedy continuation of several prompts decoded together in one batch (each
+// sequence prefilled alone, then max_new - 1 batched decode steps). The
+// prompts are concatenated in `flat`, `lengths` says where each ends.
+// Returns [B, max_new] ids.
+at::Tensor ModelGreedyBatch(const std::string& path, const std::string& dtype, at::IntArrayRef flat,
+                            at::IntArrayRef lengths, int64_t max_new) {
+  LlamaModel& m = GetModel(path, dtype, "cpu");
+  std::vector<std::vector<int64_t>> prompts;
+  size_t offset = 0;
+  for (int64_t len : lengths) {
+    TORCH_CHECK(len > 0 && offset + len <= flat.size(), "model_greedy_batch: bad lengths");
+    prompts.emplace_back(flat.begin() + offset, flat.begin() + offset + len);
+    offset += len;
+  }
+  DenseKvStore store(m.config().num_layers, m.config().sliding_window);
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  at::Tensor out = at::zeros({B, max_new}, at::kLong);
+  if (B == 0 || max_new <= 0) return out;
+  std::vector<int64_t> seqs, positions;
+  std::vector<int32_t> next;
+  for (int64_t b = 0; b < B; ++b) {
+    at::Tensor logits = m.Prefill(b, {prompts[b].begin(), prompts[b].end()}, store);
+    seqs.push_back(b);
+    positions.push_back(static_cast<int64_t>(prompts[b].size()));
+    next.push_back(static_cast<int32_t>(logits.argmax(-1).item<int64_t>()));
+  }
+  for (int64_t i = 0;; ++i) {
+    for (int64_t b = 0; b < B; ++b) out[b][i] = next[b];
+    if (i + 1 == max_new) break;
+    at::Tensor ids = m.Decode(seqs, next, positions, store).argmax(-1);
+    for (int64_t b = 0; b < B; ++b) {
+      next[b] = static_cast<int32_t>(ids[b].item<int64_t>());
+      ++positions[b];
+    }
+  }
+  return out;
+}
+
+// Timing helper for the benchmark: prefill of `ids` (last logits only), then
+// `decode_steps` batch-1 greedy decode steps. Returns {prefill_s, decode_s}.
+std::vector<double> ModelTime(const std::string& path, const std::string& dtype,
+                              at::IntArrayRef ids, int64_t decode_steps) {
+  LlamaModel& m = GetModel(path, dtype, "cpu");
+  DenseKvStore store(m.config().num_layers, m.config().sliding_window);
+  const auto t0 = std::chrono::steady_clock::now();
+  at::Tensor logits = m.Prefill(0, ToInt32(ids), store);
+  int32_t next = static_cast<int32_t>(logits.argmax(-1).item<int64_t>());
+  const auto t1 = std::chrono::steady_clock::now();
+  int64_t pos = static_cast<int64_t>(ids.size());
+  for (int64_t i = 0; i < decode_steps; ++i) {
+    logits = m.Decode({0}, {next}, {pos++}, store);
+    next = static_cast<int32_t>(logits.argmax(-1).item<int64_t>());
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  return {std::chrono::duration<double>(t1 - t0).count(),
+          std::chrono::duration<double>(t2 - t1).count()};
+}
+
+}  // namespace
+}  // namespace snapserve::model
+
+TORCH_LIBRARY_FRAGMENT(snapserve, m) {
+  m.def("model_logits(str path, str dtype, int[] ids) -> Tensor", &snapserve::model::ModelLogits);
+  m.def("model_greedy(str path, str dtype, int[] ids, int max_new) -> int[]",
+        &snapserve::model::ModelGreedy);
+  m.def("model_greedy_batch(str path, str dtype, int[] flat, int[] lengths, int max_new) -> Tensor",
+        &snapserve::model::ModelGreedyBatch);
+  m.def("model_time(str path, str dtype, int[] ids, int decode_steps) -> float[]",
+        &snapserve::model::ModelTime);
+}

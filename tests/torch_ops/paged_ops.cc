@@ -1,0 +1,35 @@
+// Exposes the paged KV kernels to pytest as torch.ops.snapserve.* so the
+// Python tests can check them against dense torch references.
+#include <torch/library.h>
+
+#include "kernels/kv_append.h"
+#include "kernels/paged_attention.h"
+
+namespace {
+
+at::Tensor paged_decode_attention_op(const at::Tensor& q, const at::Tensor& key_cache,
+                                     const at::Tensor& value_cache, const at::Tensor& block_tables,
+                                     const at::Tensor& context_lens, double scale) {
+  return snapserve::kernels::paged_decode_attention(q, key_cache, value_cache, block_tables,
+                                                    context_lens, scale);
+}
+
+// Mutates the caches in place, as the schema's (a!) annotations declare.
+void kv_append_op(at::Tensor key_cache, at::Tensor value_cache, const at::Tensor& k,
+                  const at::Tensor& v, const at::Tensor& slot_mapping) {
+  snapserve::kernels::kv_append(key_cache, value_cache, k, v, slot_mapping);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(snapserve, m) {
+  m.def(
+      "paged_decode_attention(Tensor q, Tensor key_cache, Tensor value_cache, "
+      "Tensor block_tables, Tensor context_lens, float scale) -> Tensor");
+  m.def(
+      "kv_append(Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor k, Tensor v, "
+      "Tensor slot_mapping) -> ()");
+  m.impl("paged_decode_attention", c10::DispatchKey::CompositeExplicitAutograd,
+         TORCH_FN(paged_decode_attention_op));
+  m.impl("kv_append", c10::DispatchKey::CompositeExplicitAutograd, TORCH_FN(kv_append_op));
+}

@@ -1,0 +1,150 @@
+// Paged decode attention and KV append against a dense ATen reference: one
+// test body over every device and dtype present, each with its own tolerance.
+#include "kernels/paged_attention.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/kv_append.h"
+
+namespace snapserve::kernels {
+namespace {
+
+struct Case {
+  c10::Device device;
+  at::ScalarType dtype;
+  double tol;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases = {{c10::Device(c10::kCPU), at::kFloat, 1e-5},
+                             {c10::Device(c10::kCPU), at::kBFloat16, 2e-2},
+                             {c10::Device(c10::kCPU), at::kHalf, 5e-3}};
+  if (at::hasCUDA()) {
+    cases.push_back({c10::Device(c10::kCUDA), at::kFloat, 1e-5});
+    cases.push_back({c10::Device(c10::kCUDA), at::kBFloat16, 2e-2});
+  }
+  return cases;
+}
+
+// Dense attention of q [H, d] over k, v [G, n, d], float32 math.
+at::Tensor Reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+  const int64_t heads = q.size(0), groups = k.size(0), d = q.size(1);
+  const at::Tensor qg = q.to(at::kFloat).view({groups, heads / groups, 1, d});
+  const at::Tensor kf = k.to(at::kFloat).unsqueeze(1);
+  const at::Tensor vf = v.to(at::kFloat).unsqueeze(1);
+  const at::Tensor probs = at::softmax(at::matmul(qg, kf.transpose(-1, -2)) * scale, -1);
+  return at::matmul(probs, vf).view({heads, d});
+}
+
+TEST(PagedAttentionTest, MatchesDenseReferenceOnShuffledBlocks) {
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(testing::Message() << c.device << " " << c.dtype);
+    at::manual_seed(0);
+    const int64_t heads = 8, groups = 2, d = 64, block_size = 16, num_blocks = 64;
+    const std::vector<int64_t> lens = {1, 15, 16, 17, 200};
+    const auto opts = at::TensorOptions().dtype(c.dtype).device(c.device);
+    at::Tensor kc = at::randn({num_blocks, groups, block_size, d}, opts);
+    at::Tensor vc = at::randn({num_blocks, groups, block_size, d}, opts);
+    const int64_t batch = static_cast<int64_t>(lens.size());
+    const int64_t max_blocks = 13;
+    // Non-contiguous, non-increasing block ids drawn from one permutation.
+    const at::Tensor perm = at::randperm(num_blocks, at::kInt);
+    at::Tensor tables = at::zeros({batch, max_blocks}, at::kInt);
+    int64_t used = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t nb = (lens[b] + block_size - 1) / block_size;
+      tables[b].narrow(0, 0, nb).copy_(perm.narrow(0, used, nb));
+      used += nb;
+    }
+    const at::Tensor q = at::randn({batch, heads, d}, opts);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const at::Tensor lens_t = at::tensor(std::vector<int32_t>(lens.begin(), lens.end()));
+    const at::Tensor out =
+        paged_decode_attention(q, kc, vc, tables.to(c.device), lens_t.to(c.device), scale);
+    for (int64_t b = 0; b < batch; ++b) {
+      const at::Tensor ids = tables[b].narrow(0, 0, (lens[b] + block_size - 1) / block_size);
+      auto dense = [&](const at::Tensor& cache) {
+        return cache.index_select(0, ids.to(c.device).to(at::kLong))
+            .permute({1, 0, 2, 3})
+            .reshape({groups, -1, d})
+            .narrow(1, 0, lens[b]);
+      };
+      const at::Tensor want = Reference(q[b], dense(kc), dense(vc), scale);
+      EXPECT_TRUE(at::allclose(out[b].to(at::kFloat).cpu(), want.cpu(), c.tol, c.tol))
+          << "row " << b << " max err " << (out[b].to(at::kFloat) - want).abs().max().item<float>();
+    }
+  }
+}
+
+TEST(PagedAttentionTest, AppendThenAttendRoundTrip) {
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(testing::Message() << c.device << " " << c.dtype);
+    at::manual_seed(1);
+    const int64_t heads = 6, groups = 3, d = 32, block_size = 4;
+    const auto opts = at::TensorOptions().dtype(c.dtype).device(c.device);
+    at::Tensor kc = at::zeros({8, groups, block_size, d}, opts);
+    at::Tensor vc = at::zeros({8, groups, block_size, d}, opts);
+    const int64_t n = 10;  // blocks 5, 2, 7
+    const at::Tensor k = at::randn({n, groups, d}, opts), v = at::randn({n, groups, d}, opts);
+    std::vector<int64_t> slots;
+    const std::vector<int32_t> blocks = {5, 2, 7};
+    for (int64_t t = 0; t < n; ++t)
+      slots.push_back(blocks[t / block_size] * block_size + t % block_size);
+    // One padding token (slot -1) that must be skipped.
+    slots.push_back(-1);
+    const at::Tensor k_pad = at::cat({k, at::full({1, groups, d}, 99, opts)});
+    const at::Tensor v_pad = at::cat({v, at::full({1, groups, d}, 99, opts)});
+    kv_append(kc, vc, k_pad, v_pad, at::tensor(slots).to(c.device));
+    EXPECT_EQ(kc.eq(99).sum().item<int64_t>(), 0);
+    const at::Tensor q = at::randn({1, heads, d}, opts);
+    const at::Tensor tables = at::tensor(blocks).view({1, 3}).to(c.device);
+    const at::Tensor lens = at::tensor(std::vector<int32_t>{n}).to(c.device);
+    const at::Tensor out = paged_decode_attention(q, kc, vc, tables, lens, 0.25);
+    const at::Tensor want = Reference(q[0], k.transpose(0, 1), v.transpose(0, 1), 0.25);
+    EXPECT_TRUE(at::allclose(out[0].to(at::kFloat).cpu(), want.cpu(), c.tol, c.tol));
+  }
+}
+
+TEST(PagedAttentionTest, EmptyContextGivesZeros) {
+  const at::Tensor kc = at::randn({2, 1, 4, 8}), vc = at::randn({2, 1, 4, 8});
+  const at::Tensor out = paged_decode_attention(
+      at::randn({1, 2, 8}), kc, vc, at::zeros({1, 1}, at::kInt), at::zeros({1}, at::kInt), 1.0);
+  EXPECT_TRUE(at::equal(out, at::zeros_like(out)));
+}
+
+TEST(PagedAttentionTest, RejectsBadInputs) {
+  const at::Tensor kc = at::randn({2, 2, 4, 8}), vc = at::randn({2, 2, 4, 8});
+  const at::Tensor tables = at::zeros({1, 2}, at::kInt);
+  const at::Tensor lens = at::full({1}, 3, at::kInt);
+  // 3 heads is not a multiple of 2 KV heads.
+  EXPECT_THROW(paged_decode_attention(at::randn({1, 3, 8}), kc, vc, tables, lens, 1.0), c10::Error);
+  // Context longer than the table.
+  EXPECT_THROW(
+      paged_decode_attention(at::randn({1, 4, 8}), kc, vc, tables, at::full({1}, 9, at::kInt), 1.0),
+      c10::Error);
+  // Block id outside the pool.
+  EXPECT_THROW(paged_decode_attention(at::randn({1, 4, 8}), kc, vc, at::full({1, 2}, 5, at::kInt),
+                                      lens, 1.0),
+               c10::Error);
+  // int64 tables.
+  EXPECT_THROW(
+      paged_decode_attention(at::randn({1, 4, 8}), kc, vc, at::zeros({1, 2}, at::kLong), lens, 1.0),
+      c10::Error);
+  at::Tensor kcm = kc.clone(), vcm = vc.clone();
+  // Slot past the cache.
+  EXPECT_THROW(
+      kv_append(kcm, vcm, at::randn({1, 2, 8}), at::randn({1, 2, 8}), at::full({1}, 8, at::kLong)),
+      c10::Error);
+  // dtype mismatch.
+  EXPECT_THROW(kv_append(kcm, vcm, at::randn({1, 2, 8}, at::kDouble), at::randn({1, 2, 8}),
+                         at::zeros({1}, at::kLong)),
+               c10::Error);
+}
+
+}  // namespace
+}  // namespace snapserve::kernels

@@ -33,12 +33,12 @@ MAX_WINDOW = 32
 # (text, prompt tokens, C, window, kernel, pooling). Prompts are natural English
 # text cut to n tokens; every length, capacity and pooling kind appears.
 CASES = [
-    ("Apache-2.0", 2200, 256, 32, 7, "max"),
-    ("Apache-2.0", 2200, 1024, 32, 7, "avg"),
-    ("MPL-2.0", 3000, 512, 32, 7, "avg"),
-    ("GPL-2", 4000, 1024, 32, 7, "max"),
-    ("GFDL-1.3", 5200, 256, 16, 5, "avg"),
-    ("LGPL-2.1", 5800, 512, 32, 7, "max"),
+    ("Apache-2.0", 2048, 256, 32, 7, "max"),
+    ("Apache-2.0", 2048, 1024, 32, 7, "avg"),
+    ("MPL-2.0", 2600, 512, 32, 7, "avg"),
+    ("GPL-2", 3400, 1024, 32, 7, "max"),
+    ("GFDL-1.3", 4200, 256, 16, 5, "avg"),
+    ("LGPL-2.1", 5120, 512, 32, 7, "max"),
 ]
 
 

@@ -173,7 +173,7 @@ def test_real_logits_match_transformers(torch_ops, real, model_path, long_fp32):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("prompt", [0, 1, 2])
+@pytest.mark.parametrize("prompt", [0, 2])  # chat and code; each costs ~40 s of CPU
 def test_real_greedy_matches_transformers(torch_ops, real, model_path, prompt):
     hf, tok, _ = real
     ids = tok(PROMPTS[prompt])["input_ids"]

@@ -22,7 +22,7 @@ APT_PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev libgmock-dev
   googletest civetweb libcivetweb-dev libcurl4-openssl-dev zlib1g-dev
-  libsentencepiece-dev prometheus clang-format clang-tidy
+  libsentencepiece-dev prometheus openssl clang-format clang-tidy
 )
 # prometheus-cpp 1.0.2 and kustomize exist only in Debian 13 (trixie); their
 # .debs are unpacked into .deps/ instead of installed (DESIGN.md §3).

@@ -51,7 +51,10 @@ int Health(grpc::Channel& channel, double timeout) {
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::duration<double>(timeout)));
-  grpc::ByteBuffer request;  // empty HealthCheckRequest: the whole server
+  // An empty HealthCheckRequest (the whole server). A default ByteBuffer is
+  // not a message at all (gRPC aborts on it); one empty slice is.
+  grpc::Slice empty_message("");
+  grpc::ByteBuffer request(&empty_message, 1);
   grpc::ByteBuffer response;
   std::mutex mu;
   std::condition_variable cv;

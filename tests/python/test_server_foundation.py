@@ -96,3 +96,18 @@ def test_sigterm_exits_zero_and_logs_json(start_server, model_path):
     assert server.proc.wait(timeout=30) == 0
     events = [json.loads(line)["event"] for line in server.logs().splitlines() if line.startswith("{")]
     assert events[-2:] == ["draining", "stopped"], events
+
+
+def test_cli_health_and_info(start_server, model_path):
+    # snapserve-cli once aborted on `health` (it sent a default ByteBuffer,
+    # which gRPC rejects as no message at all).
+    server = start_server([f"--model={model_path}"])
+    cli = str(BUILD_DIR / "server" / "snapserve-cli")
+    out = subprocess.run([cli, f"--target={server.target}", "health"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "SERVING"
+    info = subprocess.run([cli, f"--target={server.target}", "info"], capture_output=True,
+                          text=True, timeout=60)
+    assert info.returncode == 0, info.stderr
+    assert 'architecture: "llama"' in info.stdout

@@ -146,9 +146,9 @@ class ServerProcess:
         return self.proc.returncode
 
 
-@pytest.fixture
-def start_server():
-    """Factory: start_server(args) -> ServerProcess (SERVING); stopped at teardown."""
+def _server_factory():
+    """Yields start(args, env=None, wait=True) -> ServerProcess (SERVING when
+    wait); every process started is stopped when the fixture ends."""
     started = []
 
     def start(args, env=None, wait=True):
@@ -161,21 +161,16 @@ def start_server():
     yield start
     for s in started:
         s.stop()
+
+
+@pytest.fixture
+def start_server():
+    """Factory: start_server(args) -> ServerProcess (SERVING); stopped at teardown."""
+    yield from _server_factory()
 
 
 @pytest.fixture(scope="module")
 def start_module_server():
     """As start_server, but the processes live for the whole test module (one
     server shared by many slow cases); stopped at module teardown."""
-    started = []
-
-    def start(args, env=None, wait=True):
-        s = ServerProcess(args, env)
-        started.append(s)
-        if wait:
-            s.wait_serving()
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
+    yield from _server_factory()

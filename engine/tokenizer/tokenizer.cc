@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "engine/tokenizer/unicode.h"
-
 namespace snapserve::tokenizer {
 
 void Tokenizer::AddToken(const std::string& text, int32_t id, bool special) {
@@ -30,16 +28,13 @@ size_t Tokenizer::MatchAdded(std::string_view text, size_t pos, int32_t* id) con
   return 0;
 }
 
-void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<int32_t>* ids) const {
-  for (std::string_view piece : PreTokenize(pre_, text)) bpe_.Encode(piece, ids);
-}
-
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int32_t> ids;
   if (add_special_tokens) ids = prefix_ids_;
   // Added tokens split the text first (leftmost, then longest, as HF's
   // AddedVocabulary does); the text between them is pre-tokenized on its own,
-  // so no regex rule sees across a special token.
+  // so no regex rule sees across a special token and each stretch gets its
+  // own SentencePiece dummy prefix.
   size_t start = 0;
   for (size_t i = 0; i < text.size();) {
     int32_t id;
@@ -48,12 +43,12 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
       ++i;
       continue;
     }
-    EncodeOrdinary(text.substr(start, i - start), &ids);
+    model_->Encode(text.substr(start, i - start), &ids);
     ids.push_back(id);
     i += n;
     start = i;
   }
-  EncodeOrdinary(text.substr(start), &ids);
+  model_->Encode(text.substr(start), &ids);
   if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
   return ids;
 }
@@ -63,9 +58,10 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size()) continue;  // HF drops ids it cannot map
     if (skip_special_tokens && IsSpecial(id)) continue;
-    bytes += bpe_.TokenBytes(id);
+    bytes += model_->TokenBytes(id);
   }
-  return Utf8Lossy(bytes);
+  if (model_->StripsLeadingSpace() && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
+  return model_->Text(bytes);
 }
 
 StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
@@ -80,12 +76,12 @@ bool Tokenizer::IsSpecial(int32_t id) const {
 
 std::string_view Tokenizer::TokenText(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return {};
-  return bpe_.token(id);
+  return model_->TokenText(id);
 }
 
 std::string Tokenizer::TokenBytes(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return {};
-  return bpe_.TokenBytes(id);
+  return model_->TokenBytes(id);
 }
 
 }  // namespace snapserve::tokenizer

@@ -1,7 +1,10 @@
-// The tokenizer the engine and server use: text <-> ids for byte-level BPE
-// models (GPT-2, Llama-3, SmolLM2 families), special tokens, chat templates.
-// Loaded from a GGUF file's metadata or from a Hugging Face tokenizer.json.
-// Immutable after loading, so one instance is shared by all threads.
+// The tokenizer the engine and server use: text <-> ids, special tokens, chat
+// templates. Two model families sit behind one TokenizerModel interface:
+// byte-level BPE (GPT-2, Llama-3, SmolLM2; from a GGUF file's metadata or a
+// Hugging Face tokenizer.json; bpe_model.h) and SentencePiece (Llama-2,
+// Mistral-7B-v0.1; a Hugging Face directory's tokenizer.model;
+// sentencepiece_model.h). Immutable after loading, so one instance is shared
+// by all threads.
 //
 // Where a GGUF file and the model's original tokenizer.json disagree, this
 // follows the original: SmolLM2's tokenizer.json splits every digit on its own
@@ -18,9 +21,8 @@
 #include <vector>
 
 #include "engine/common/status_or.h"
-#include "engine/tokenizer/byte_level_bpe.h"
 #include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/pretokenizer.h"
+#include "engine/tokenizer/tokenizer_model.h"
 
 namespace snapserve::model {
 class GgufFile;
@@ -30,45 +32,50 @@ namespace snapserve::tokenizer {
 
 class Tokenizer {
  public:
+  // Byte-level BPE metadata ("gpt2"); SentencePiece vocabularies stored in
+  // GGUF ("llama") are refused with an error that names what is supported.
   static StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const model::GgufFile& gguf);
-  // tokenizer.json, plus tokenizer_config.json (chat template, bos/eos) when present.
+  // A byte-level BPE tokenizer.json or, failing that, a SentencePiece
+  // tokenizer.model; plus tokenizer_config.json (chat template, bos/eos,
+  // add_bos_token) when present.
   static StatusOr<std::unique_ptr<Tokenizer>> FromHfDirectory(const std::string& dir);
 
   // Special and added tokens written in the text are matched as tokens.
   // add_special_tokens adds what the model's configuration says (BOS for
   // Llama-3, nothing for SmolLM2).
   std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens) const;
-  // Invalid UTF-8 from a partial sequence of tokens becomes U+FFFD, as in HF.
+  // Invalid UTF-8 from a partial sequence of tokens becomes U+FFFD (BPE: per
+  // maximal invalid subpart, as HF; SentencePiece: per byte, as the library).
+  // SentencePiece models drop the space their dummy prefix put at the start.
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
   // Fails when the model has no (supported) chat template or a role is unknown.
   StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                           bool add_generation_prompt) const;
 
-  int32_t vocab_size() const { return bpe_.size(); }
+  int32_t vocab_size() const { return model_->size(); }
   int32_t bos_id() const { return bos_id_; }  // -1 when the model has none
   int32_t eos_id() const { return eos_id_; }
   bool add_bos() const { return add_bos_; }
   bool IsSpecial(int32_t id) const;
-  // The token's text as stored in the vocabulary (byte-level form); "" if out of range.
+  // The token's text as stored in the vocabulary (byte-level form, or the
+  // SentencePiece piece with its "▁" and "<0xNN>"); "" if out of range.
   std::string_view TokenText(int32_t id) const;
   // The raw bytes a token stands for (may be a partial UTF-8 character).
   std::string TokenBytes(int32_t id) const;
-  PreTokenizerType pre_tokenizer() const { return pre_; }
+  const TokenizerModel& model() const { return *model_; }
 
  private:
   struct AddedToken {
     std::string text;
     int32_t id;
   };
-  Tokenizer(ByteLevelBpe bpe, PreTokenizerType pre) : bpe_(std::move(bpe)), pre_(pre) {}
+  explicit Tokenizer(std::unique_ptr<TokenizerModel> model) : model_(std::move(model)) {}
   // Registers a token matched verbatim in input text before pre-tokenization.
   void AddToken(const std::string& text, int32_t id, bool special);
   // Length of the longest added token starting at text[pos], and its id.
   size_t MatchAdded(std::string_view text, size_t pos, int32_t* id) const;
-  void EncodeOrdinary(std::string_view text, std::vector<int32_t>* ids) const;
 
-  ByteLevelBpe bpe_;
-  PreTokenizerType pre_;
+  std::unique_ptr<TokenizerModel> model_;
   // Added tokens by first byte, longest first, for longest-match lookup.
   std::vector<std::vector<AddedToken>> added_ = std::vector<std::vector<AddedToken>>(256);
   std::vector<bool> special_;  // by id
@@ -99,6 +106,7 @@ class IncrementalDecoder {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
+  bool started_ = false;  // whether any byte has been decoded (leading-space rule)
   std::string pending_;
 };
 

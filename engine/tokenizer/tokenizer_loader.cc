@@ -1,14 +1,18 @@
-// Builds a Tokenizer from GGUF metadata or from a Hugging Face tokenizer.json.
-// Only what the runtime supports is accepted (byte-level BPE with a known
-// pre-tokenizer, no normalizer); anything else is an error naming the field,
-// never a tokenizer that silently produces different ids.
+// Builds a byte-level BPE Tokenizer from GGUF metadata or from a Hugging Face
+// tokenizer.json (directories with a SentencePiece tokenizer.model go to
+// sentencepiece_loader.cc). Only what the runtime supports is accepted
+// (byte-level BPE with a known pre-tokenizer, no normalizer); anything else is
+// an error naming the field, never a tokenizer that silently produces
+// different ids.
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/model/gguf_file.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/bpe_model.h"
+#include "engine/tokenizer/tokenizer_loader.h"
 
 namespace snapserve::tokenizer {
 
@@ -22,36 +26,49 @@ constexpr std::string_view kLlama3Pattern =
 // llama.cpp's token types (tokenizer.ggml.token_type).
 enum GgufTokenType : int64_t { kNormal = 1, kControl = 3, kUserDefined = 4 };
 
-class TokenizerLoader {
- public:
-  static std::unique_ptr<Tokenizer> Make(ByteLevelBpe bpe, PreTokenizerType pre) {
-    std::unique_ptr<Tokenizer> t(new Tokenizer(std::move(bpe), pre));
-    t->special_.assign(static_cast<size_t>(t->vocab_size()), false);
-    t->chat_template_error_ = Status::NotFound("the model has no chat template");
-    return t;
+std::unique_ptr<Tokenizer> TokenizerLoader::Make(std::unique_ptr<TokenizerModel> model) {
+  std::unique_ptr<Tokenizer> t(new Tokenizer(std::move(model)));
+  t->special_.assign(static_cast<size_t>(t->vocab_size()), false);
+  t->chat_template_error_ = Status::NotFound("the model has no chat template");
+  return t;
+}
+
+void TokenizerLoader::SetSpecialIds(Tokenizer* t, int32_t bos, int32_t eos,
+                                    std::vector<int32_t> prefix, std::vector<int32_t> suffix) {
+  auto valid = [&](int32_t id) { return id >= 0 && id < t->vocab_size() ? id : -1; };
+  t->bos_id_ = valid(bos);
+  t->eos_id_ = valid(eos);
+  t->add_bos_ = !prefix.empty() && prefix.front() == t->bos_id_ && t->bos_id_ >= 0;
+  t->prefix_ids_ = std::move(prefix);
+  t->suffix_ids_ = std::move(suffix);
+}
+
+void TokenizerLoader::SetChatTemplate(Tokenizer* t, const std::string& jinja) {
+  std::string bos(t->TokenText(t->bos_id_)), eos(t->TokenText(t->eos_id_));
+  StatusOr<ChatTemplate> ct = ChatTemplate::Detect(jinja, bos, eos);
+  if (ct.ok()) {
+    t->chat_template_ = std::make_unique<ChatTemplate>(std::move(ct).value());
+  } else {
+    t->chat_template_error_ = ct.status();
   }
-  static void AddToken(Tokenizer* t, const std::string& text, int32_t id, bool special) {
-    t->AddToken(text, id, special);
-  }
-  static void SetSpecialIds(Tokenizer* t, int32_t bos, int32_t eos, std::vector<int32_t> prefix,
-                            std::vector<int32_t> suffix) {
-    auto valid = [&](int32_t id) { return id >= 0 && id < t->vocab_size() ? id : -1; };
-    t->bos_id_ = valid(bos);
-    t->eos_id_ = valid(eos);
-    t->add_bos_ = !prefix.empty() && prefix.front() == t->bos_id_ && t->bos_id_ >= 0;
-    t->prefix_ids_ = std::move(prefix);
-    t->suffix_ids_ = std::move(suffix);
-  }
-  static void SetChatTemplate(Tokenizer* t, const std::string& jinja) {
-    std::string bos(t->TokenText(t->bos_id_)), eos(t->TokenText(t->eos_id_));
-    StatusOr<ChatTemplate> ct = ChatTemplate::Detect(jinja, bos, eos);
-    if (ct.ok()) {
-      t->chat_template_ = std::make_unique<ChatTemplate>(std::move(ct).value());
-    } else {
-      t->chat_template_error_ = ct.status();
+}
+
+void TokenizerLoader::SetChatTemplateFromDirectory(Tokenizer* t, const std::string& dir,
+                                                   const json& cfg) {
+  std::string jinja;
+  if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
+    jinja = cfg["chat_template"].get<std::string>();
+  } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
+    for (const json& named : cfg["chat_template"]) {
+      if (JsonString(named, "name") == "default") jinja = JsonString(named, "template");
     }
+  } else if (std::ifstream in(dir + "/chat_template.jinja"); in) {
+    std::stringstream buf;
+    buf << in.rdbuf();
+    jinja = buf.str();
   }
-};
+  if (!jinja.empty()) SetChatTemplate(t, jinja);
+}
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& gguf) {
   auto error = [&](const std::string& what) {
@@ -59,6 +76,17 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& 
   };
   std::optional<std::string> model = gguf.GetString("tokenizer.ggml.model");
   if (!model) return error("no tokenizer.ggml.model");
+  if (*model == "llama") {
+    // A SentencePiece vocabulary as GGUF arrays: running it through the
+    // sentencepiece library would mean building its ModelProto (protobuf)
+    // inside the engine, which never links protobuf (DESIGN.md §3).
+    return Status::InvalidArgument(
+        gguf.path() +
+        ": tokenizer.ggml.model 'llama' (a SentencePiece vocabulary stored in GGUF metadata) "
+        "is not supported; supported are byte-level BPE GGUF files (tokenizer.ggml.model "
+        "'gpt2') and Hugging Face directories with tokenizer.json or a SentencePiece "
+        "tokenizer.model");
+  }
   if (*model != "gpt2") {
     return Status::Unimplemented(gguf.path() + ": tokenizer model '" + *model +
                                  "' is not supported (only byte-level BPE, 'gpt2')");
@@ -88,7 +116,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& 
   }
   StatusOr<ByteLevelBpe> bpe = ByteLevelBpe::Create(*tokens, merges, ignore_merges);
   if (!bpe.ok()) return error(bpe.status().message());
-  std::unique_ptr<Tokenizer> t = TokenizerLoader::Make(std::move(bpe).value(), *pre);
+  std::unique_ptr<Tokenizer> t =
+      TokenizerLoader::Make(std::make_unique<ByteLevelBpeModel>(std::move(bpe).value(), *pre));
   if (types) {
     for (size_t i = 0; i < types->size(); ++i) {
       int64_t type = (*types)[i];
@@ -112,8 +141,6 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& 
   return t;
 }
 
-namespace {
-
 StatusOr<json> ReadJson(const std::string& path, bool required) {
   std::ifstream in(path);
   if (!in) {
@@ -127,18 +154,30 @@ StatusOr<json> ReadJson(const std::string& path, bool required) {
   return j;
 }
 
-std::string Str(const json& j, const char* key) {
+std::string JsonString(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-// bos_token / eos_token in tokenizer_config.json: a string or {"content": ...}.
 std::string TokenContent(const json& config, const char* key) {
   auto it = config.find(key);
   if (it == config.end()) return "";
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object()) return Str(*it, "content");
+  if (it->is_object()) return JsonString(*it, "content");
   return "";
+}
+
+namespace {
+
+std::string Str(const json& j, const char* key) { return JsonString(j, key); }
+
+// A tokenizer.json the byte-level BPE path handles; in a directory with a
+// tokenizer.model anything else goes to SentencePiece.
+bool IsByteLevelBpeJson(const json& tj) {
+  const json& model = tj.value("model", json());
+  const json& decoder = tj.value("decoder", json());
+  return model.is_object() && Str(model, "type") == "BPE" && decoder.is_object() &&
+         Str(decoder, "type") == "ByteLevel";
 }
 
 bool IsByteLevel(const json& p, bool use_regex) {
@@ -190,8 +229,17 @@ void TemplateIds(const json& post, std::vector<int32_t>* prefix, std::vector<int
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromHfDirectory(const std::string& dir) {
   const std::string path = dir + "/tokenizer.json";
-  StatusOr<json> tj = ReadJson(path, true);
+  StatusOr<json> tj = ReadJson(path, false);
   if (!tj.ok()) return tj.status();
+  // Llama-2 / Mistral-7B-v0.1 directories: their tokenizer.json (if any) is
+  // HF's conversion of tokenizer.model; the original runs instead.
+  if ((tj->is_null() || !IsByteLevelBpeJson(*tj)) &&
+      std::filesystem::exists(dir + "/tokenizer.model")) {
+    return TokenizerLoader::FromSentencePieceDirectory(dir, *tj);
+  }
+  if (tj->is_null()) {
+    return Status::NotFound(path + ": cannot open (and there is no SentencePiece tokenizer.model)");
+  }
   auto error = [&](const std::string& what) { return Status::InvalidArgument(path + ": " + what); };
   const json& model = (*tj)["model"];
   if (!model.is_object() || Str(model, "type") != "BPE") {
@@ -244,7 +292,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromHfDirectory(const std::strin
   StatusOr<ByteLevelBpe> bpe =
       ByteLevelBpe::Create(std::move(tokens), merges, model.value("ignore_merges", false));
   if (!bpe.ok()) return error(bpe.status().message());
-  std::unique_ptr<Tokenizer> t = TokenizerLoader::Make(std::move(bpe).value(), *pre);
+  std::unique_ptr<Tokenizer> t =
+      TokenizerLoader::Make(std::make_unique<ByteLevelBpeModel>(std::move(bpe).value(), *pre));
   for (const json& a : added) {
     TokenizerLoader::AddToken(t.get(), Str(a, "content"), a.value("id", -1),
                               a.value("special", false));
@@ -254,25 +303,13 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromHfDirectory(const std::strin
   if (!config.ok()) return config.status();
   const json& cfg = config->is_object() ? *config : json::object();
   int32_t bos = -1, eos = -1;
-  if (std::string s = TokenContent(cfg, "bos_token"); !s.empty()) bos = t->bpe_.Find(s);
-  if (std::string s = TokenContent(cfg, "eos_token"); !s.empty()) eos = t->bpe_.Find(s);
+  if (std::string s = TokenContent(cfg, "bos_token"); !s.empty()) bos = t->model_->Find(s);
+  if (std::string s = TokenContent(cfg, "eos_token"); !s.empty()) eos = t->model_->Find(s);
   std::vector<int32_t> prefix, suffix;
   TemplateIds(tj->value("post_processor", json()), &prefix, &suffix);
   TokenizerLoader::SetSpecialIds(t.get(), bos, eos, std::move(prefix), std::move(suffix));
 
-  std::string jinja;
-  if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
-    jinja = cfg["chat_template"].get<std::string>();
-  } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
-    for (const json& named : cfg["chat_template"]) {
-      if (Str(named, "name") == "default") jinja = Str(named, "template");
-    }
-  } else if (std::ifstream in(dir + "/chat_template.jinja"); in) {
-    std::stringstream buf;
-    buf << in.rdbuf();
-    jinja = buf.str();
-  }
-  if (!jinja.empty()) TokenizerLoader::SetChatTemplate(t.get(), jinja);
+  TokenizerLoader::SetChatTemplateFromDirectory(t.get(), dir, cfg);
   return t;
 }
 

@@ -163,4 +163,21 @@ std::string Utf8Lossy(std::string_view bytes) {
   return out;
 }
 
+std::string Utf8LossyPerByte(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    bool incomplete;
+    size_t n = ValidSequenceLength(bytes.substr(i), &incomplete);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(bytes.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
 }  // namespace snapserve::tokenizer

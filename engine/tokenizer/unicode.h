@@ -35,5 +35,8 @@ size_t ValidSequenceLength(std::string_view s, bool* incomplete);
 
 // Replaces each maximal invalid subpart by U+FFFD (Rust's from_utf8_lossy).
 std::string Utf8Lossy(std::string_view bytes);
+// Replaces each byte that starts no valid sequence by U+FFFD (the sentencepiece
+// library's decoding of byte pieces: E3 81 gives two U+FFFD, not one).
+std::string Utf8LossyPerByte(std::string_view bytes);
 
 }  // namespace snapserve::tokenizer

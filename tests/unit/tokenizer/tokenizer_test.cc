@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/tokenizer/byte_level_bpe.h"
+
 namespace snapserve::tokenizer {
 namespace {
 

@@ -3,9 +3,10 @@
 // itself (Debian's libsentencepiece) rather than re-implemented, so ids follow
 // the model's original tokenizer, normalization rules included.
 //
-// The library's header and its protobuf types stay inside
-// sentencepiece_model.cc (pimpl): engine headers never see protobuf, whose
-// system copy clashes with the one inside LibTorch (DESIGN.md §3). When
+// The library runs inside its own module, libsnapserve_sentencepiece.so
+// (sentencepiece_shim.h says why: its bundled protobuf clashes with the
+// system one gRPC loads), which this class dlopen()s on first use and talks
+// to through a small C interface; engine headers never see protobuf. When
 // snapserve is built without the library (the LibTorch-only GPU build), Load
 // fails with a message that says so. The library's Encode is const and
 // thread-safe, so one loaded model serves every request thread.
@@ -18,10 +19,6 @@
 
 #include "engine/common/status_or.h"
 #include "engine/tokenizer/tokenizer_model.h"
-
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
 
 namespace snapserve::tokenizer {
 
@@ -58,7 +55,7 @@ class SentencePieceModel final : public TokenizerModel {
  private:
   SentencePieceModel();
 
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  void* handle_ = nullptr;          // the module's processor; freed by the destructor
   std::vector<std::string> texts_;  // by id, precomputed: decoding never calls the library
   std::vector<std::string> bytes_;
   std::vector<bool> special_;

@@ -192,7 +192,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   impl->scheduler = std::make_unique<scheduler::Scheduler>(
       *impl->model, *impl->cache, *impl->tokenizer,
       scheduler::SchedulerOptions{options.max_batch_size, options.max_queue,
-                                  options.max_prefill_tokens_per_step});
+                                  options.max_prefill_tokens_per_step,
+                                  options.prefill_chunk_tokens});
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

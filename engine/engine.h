@@ -35,6 +35,9 @@ struct EngineOptions {
   // Most prompt tokens prefilled in one scheduler iteration before running a
   // decode step, so that long prompts arriving do not starve running streams.
   int64_t max_prefill_tokens_per_step = 4096;
+  // While other requests decode, prefill work between two decode steps, in
+  // prompt tokens' worth of whole layers (scheduler.h); 0: whole prompts.
+  int64_t prefill_chunk_tokens = 512;
 
   std::string default_kv_method = "snapkv";  // snapkv|none
   int snapkv_window = 32;

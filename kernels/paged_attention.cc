@@ -68,8 +68,13 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& key_cac
   check_shape(block_tables, "block_tables", {batch, -1});
   check_shape(context_lens, "context_lens", {batch});
   check_float_dtype(q, "q");
+  check_float_dtype(key_cache, "key_cache");
+  TORCH_CHECK(value_cache.scalar_type() == key_cache.scalar_type(), "value_cache: expected dtype ",
+              key_cache.scalar_type());
+  // On CPU a float32 query may read a bfloat16/float16 cache (a bfloat16 model
+  // computes in float32 there, llama_model.h); otherwise the dtypes match.
   TORCH_CHECK(
-      key_cache.scalar_type() == q.scalar_type() && value_cache.scalar_type() == q.scalar_type(),
+      key_cache.scalar_type() == q.scalar_type() || (q.is_cpu() && q.scalar_type() == at::kFloat),
       "key_cache/value_cache: expected dtype ", q.scalar_type());
   TORCH_CHECK(block_tables.scalar_type() == at::kInt, "block_tables: expected int32");
   TORCH_CHECK(context_lens.scalar_type() == at::kInt, "context_lens: expected int32");

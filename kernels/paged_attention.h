@@ -9,7 +9,9 @@
 namespace snapserve::kernels {
 
 // q            [B, H, d]                              float32 / bfloat16 / float16
-// key_cache    [num_blocks, G, block_size, d]         same dtype and device as q
+// key_cache    [num_blocks, G, block_size, d]         same dtype and device as q (on CPU
+//                                                     a float32 q may also read a
+//                                                     bfloat16/float16 cache)
 // value_cache  [num_blocks, G, block_size, d]
 // block_tables [B, max_blocks] int32: sequence b's entry t is in block
 //              block_tables[b][t / block_size] at offset t % block_size

@@ -45,7 +45,8 @@ void axpy(float alpha, const float* __restrict x, float* __restrict y, int64_t n
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-template <typename T>
+// T: the cache's element type; Q: the query's and output's (T or float).
+template <typename T, typename Q>
 void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& value_cache,
          const at::Tensor& block_tables, const at::Tensor& context_lens, float scale,
          at::Tensor& out) {
@@ -57,12 +58,12 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
   const int64_t max_blocks = block_tables.size(1);
   const int64_t group = num_heads / num_kv_heads;
 
-  const T* q_ptr = q.data_ptr<T>();
+  const Q* q_ptr = q.data_ptr<Q>();
   const T* k_ptr = key_cache.data_ptr<T>();
   const T* v_ptr = value_cache.data_ptr<T>();
   const int32_t* tables = block_tables.data_ptr<int32_t>();
   const int32_t* lens = context_lens.data_ptr<int32_t>();
-  T* out_ptr = out.data_ptr<T>();
+  Q* out_ptr = out.data_ptr<Q>();
   constexpr bool kIsFloat = std::is_same_v<T, float>;
 
   at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
@@ -76,7 +77,7 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
       const int64_t b = pair / num_kv_heads;
       const int64_t g = pair % num_kv_heads;
       const int64_t ctx = lens[b];
-      const T* qb = q_ptr + (b * num_heads + g * group) * head_dim;
+      const Q* qb = q_ptr + (b * num_heads + g * group) * head_dim;
       for (int64_t i = 0; i < group * head_dim; ++i) qf[i] = static_cast<float>(qb[i]) * scale;
       std::fill(acc.begin(), acc.end(), 0.f);
       std::fill(run_max.begin(), run_max.end(), -std::numeric_limits<float>::infinity());
@@ -124,12 +125,12 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
         }
       }
 
-      T* ob = out_ptr + (b * num_heads + g * group) * head_dim;
+      Q* ob = out_ptr + (b * num_heads + g * group) * head_dim;
       for (int64_t h = 0; h < group; ++h) {
         // An empty context (padding row) yields zeros rather than 0/0.
         const float inv = run_sum[h] > 0.f ? 1.f / run_sum[h] : 0.f;
         for (int64_t j = 0; j < head_dim; ++j) {
-          ob[h * head_dim + j] = static_cast<T>(acc[h * head_dim + j] * inv);
+          ob[h * head_dim + j] = static_cast<Q>(acc[h * head_dim + j] * inv);
         }
       }
     }
@@ -141,11 +142,16 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
 void paged_decode_attention(const at::Tensor& q, const at::Tensor& key_cache,
                             const at::Tensor& value_cache, const at::Tensor& block_tables,
                             const at::Tensor& context_lens, double scale, at::Tensor& out) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(),
-                                  "paged_decode_attention_cpu", [&] {
-                                    run<scalar_t>(q, key_cache, value_cache, block_tables,
-                                                  context_lens, static_cast<float>(scale), out);
-                                  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kBFloat16, at::kHalf, key_cache.scalar_type(), "paged_decode_attention_cpu", [&] {
+        if (q.scalar_type() == key_cache.scalar_type()) {
+          run<scalar_t, scalar_t>(q, key_cache, value_cache, block_tables, context_lens,
+                                  static_cast<float>(scale), out);
+        } else {
+          run<scalar_t, float>(q, key_cache, value_cache, block_tables, context_lens,
+                               static_cast<float>(scale), out);
+        }
+      });
 }
 
 }  // namespace snapserve::kernels::cpu

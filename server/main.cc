@@ -69,6 +69,7 @@ engine::EngineOptions EngineOptionsFrom(const ServerConfig& c) {
   o.max_queue = c.max_queue;
   o.max_new_tokens_limit = c.max_new_tokens_limit;
   o.default_max_new_tokens = c.default_max_new_tokens;
+  o.prefill_chunk_tokens = c.prefill_chunk_tokens;
   o.default_kv_method = c.default_kv_method;
   o.snapkv_window = c.snapkv_window;
   o.snapkv_capacity = c.snapkv_capacity;

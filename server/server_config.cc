@@ -101,7 +101,7 @@ const std::vector<FlagSpec>& Flags() {
       {"model-id", "name reported by GetModelInfo (default: the model file name)",
        [](ServerConfig& c, const std::string& v) { return c.model_id = v, ""; },
        [](const ServerConfig& c) { return c.model_id; }},
-      {"dtype", "compute dtype: float32|bfloat16|float16",
+      {"dtype", "model dtype (CPU bfloat16: weight-only): float32|bfloat16|float16",
        [](ServerConfig& c, const std::string& v) {
          return SetChoice(c.dtype, v, {"float32", "bfloat16", "float16"});
        },
@@ -140,6 +140,13 @@ const std::vector<FlagSpec>& Flags() {
          return SetInt(c.default_max_new_tokens, v, 1, 1 << 20);
        },
        [](const ServerConfig& c) { return std::to_string(c.default_max_new_tokens); }},
+      {"prefill-chunk-tokens",
+       "while others decode, prefill work between two decode steps, in prompt tokens "
+       "(whole layers; 0: whole prompts)",
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.prefill_chunk_tokens, v, 0, 1 << 20);
+       },
+       [](const ServerConfig& c) { return std::to_string(c.prefill_chunk_tokens); }},
       {"threads", "CPU threads for compute (0: all cores)",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.threads, v, 0, 4096); },
        [](const ServerConfig& c) { return std::to_string(c.threads); }},

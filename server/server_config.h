@@ -35,6 +35,8 @@ struct ServerConfig {
   int max_new_tokens_limit = 4096;
   int default_max_new_tokens = 256;
   int threads = 0;  // 0: all cores
+  // Prefill work between two decode steps while others decode (engine.h).
+  int prefill_chunk_tokens = 512;
 
   // SnapKV defaults (DESIGN.md §5).
   std::string default_kv_method = "snapkv";

@@ -218,9 +218,12 @@ at::Tensor PagedKvCache::DecodeAttention(const std::vector<int64_t>& seqs, int64
   kernels::kv_append(key_caches_[layer], value_caches_[layer], k.to(opts), v.to(opts),
                      step_->slots);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
-  at::Tensor out =
-      kernels::paged_decode_attention(q.to(opts), key_caches_[layer], value_caches_[layer],
-                                      step_->block_tables, step_->context_lens, scale);
+  // A float32 query on CPU reads a low-precision cache directly (no rounding
+  // of q to the cache dtype; see kernels/paged_attention.h).
+  const bool keep_q = q.is_cpu() && q.scalar_type() == at::kFloat;
+  at::Tensor out = kernels::paged_decode_attention(keep_q ? q : q.to(opts), key_caches_[layer],
+                                                   value_caches_[layer], step_->block_tables,
+                                                   step_->context_lens, scale);
 
   step_->next_layer = layer + 1;
   if (step_->next_layer == config_.num_layers) {

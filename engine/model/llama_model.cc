@@ -1,30 +1,53 @@
 #include "engine/model/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/model/rope.h"
+#include "kernels/linear.h"
 
 namespace snapserve::model {
 
 LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType dtype,
                        at::Device device)
-    : config_(std::move(config)), w_(std::move(weights)), dtype_(dtype), device_(device) {
+    : config_(std::move(config)),
+      w_(std::move(weights)),
+      dtype_(dtype),
+      // Weight-only bfloat16 on CPU (see the header).
+      compute_dtype_(device.is_cpu() && dtype == at::kBFloat16 ? at::kFloat : dtype),
+      device_(device) {
   inv_freq_ = RopeInvFreq(config_, device_);
+  // Norm weights are tiny: keep them in the compute dtype, unrounded.
+  for (LayerWeights& l : w_.layers) {
+    l.attn_norm = l.attn_norm.to(compute_dtype_);
+    l.mlp_norm = l.mlp_norm.to(compute_dtype_);
+  }
+  w_.final_norm = w_.final_norm.to(compute_dtype_);
+}
+
+at::Tensor LlamaModel::Linear(const at::Tensor& x, const at::Tensor& w) const {
+  // CPU float32 compute (float32 or bfloat16 weights): the fixed-order kernel
+  // for decode-sized batches (kernels/linear.h); elsewhere LibTorch's.
+  if (x.is_cpu() && x.scalar_type() == at::kFloat &&
+      (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16)) {
+    return kernels::linear_float32(x, w);
+  }
+  return at::linear(x, w);
 }
 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
-  // As transformers' LlamaRMSNorm: statistics in float32, scale in the run
+  // As transformers' LlamaRMSNorm: statistics in float32, scale in the compute
   // dtype. x is the float32 residual stream; the result feeds a matmul.
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
-  return weight * (xf * at::rsqrt(variance + config_.rms_norm_eps)).to(dtype_);
+  return weight * (xf * at::rsqrt(variance + config_.rms_norm_eps)).to(compute_dtype_);
 }
 
 at::Tensor LlamaModel::Mlp(const LayerWeights& l, const at::Tensor& x) const {
-  at::Tensor gate_up = at::linear(x, l.gate_up);  // [m, 2 * intermediate]
+  at::Tensor gate_up = Linear(x, l.gate_up);  // [m, 2 * intermediate]
   const int64_t inter = config_.intermediate;
   at::Tensor act = at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter);
-  return at::linear(act, l.down);
+  return Linear(act, l.down);
 }
 
 at::Tensor LlamaModel::Embed(const std::vector<int32_t>& tokens) const {
@@ -37,38 +60,42 @@ at::Tensor LlamaModel::Embed(const std::vector<int32_t>& tokens) const {
 }
 
 at::Tensor LlamaModel::Logits(const at::Tensor& hidden) const {
-  return at::linear(RmsNorm(hidden, w_.final_norm), w_.lm_head).to(at::kFloat);
+  return Linear(RmsNorm(hidden, w_.final_norm), w_.lm_head).to(at::kFloat);
 }
 
-at::Tensor LlamaModel::Prefill(int64_t seq, const std::vector<int32_t>& tokens, KvStore& store,
-                               bool all_logits) {
+PrefillState LlamaModel::BeginPrefill(int64_t seq, const std::vector<int32_t>& tokens) const {
   const int64_t n = static_cast<int64_t>(tokens.size());
   TORCH_CHECK(n > 0, "Prefill: empty prompt");
+  PrefillState st;
+  st.seq = seq;
+  st.n = n;
+  at::Tensor positions = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device_));
+  auto [cos, sin] = RopeCosSin(inv_freq_, positions, compute_dtype_);  // [n, D]
+  st.cos = cos.unsqueeze(1);  // [n, 1, D]: broadcast over heads
+  st.sin = sin.unsqueeze(1);
+  // Mistral: a query sees only the last `sliding_window` positions (itself
+  // included), as transformers' sliding_window_overlay: kv > q - window.
+  if (config_.sliding_window > 0 && n > config_.sliding_window) {
+    at::Tensor qi = positions.unsqueeze(1), ki = positions.unsqueeze(0);
+    st.mask = (ki <= qi) & (ki > qi - config_.sliding_window);
+  }
+  st.h = Embed(tokens).to(at::kFloat);  // [n, hidden], the float32 residual stream
+  return st;
+}
+
+bool LlamaModel::ContinuePrefill(PrefillState& st, KvStore& store, int64_t max_layers) const {
+  TORCH_CHECK(max_layers >= 1, "ContinuePrefill: max_layers must be >= 1");
+  const int64_t n = st.n;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, D = config_.head_dim;
   const int64_t group = H / Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-
-  at::Tensor positions = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device_));
-  auto [cos, sin] = RopeCosSin(inv_freq_, positions, dtype_);  // [n, D]
-  cos = cos.unsqueeze(1);                                      // [n, 1, D]: broadcast over heads
-  sin = sin.unsqueeze(1);
-
-  // Mistral: a query sees only the last `sliding_window` positions (itself
-  // included), as transformers' sliding_window_overlay: kv > q - window.
-  std::optional<at::Tensor> mask;
-  bool causal = true;
-  if (config_.sliding_window > 0 && n > config_.sliding_window) {
-    at::Tensor qi = positions.unsqueeze(1), ki = positions.unsqueeze(0);
-    mask = (ki <= qi) & (ki > qi - config_.sliding_window);
-    causal = false;
-  }
-
-  at::Tensor h = Embed(tokens).to(at::kFloat);  // [n, hidden], the float32 residual stream
-  for (int64_t i = 0; i < config_.num_layers; ++i) {
+  const int64_t end = std::min<int64_t>(config_.num_layers, st.next_layer + max_layers);
+  at::Tensor& h = st.h;
+  for (int64_t i = st.next_layer; i < end; ++i) {
     const LayerWeights& l = w_.layers[i];
-    at::Tensor qkv = at::linear(RmsNorm(h, l.attn_norm), l.qkv).view({n, H + 2 * Hkv, D});
+    at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm), l.qkv).view({n, H + 2 * Hkv, D});
     // q and k are adjacent heads of one buffer: one RoPE call rotates both.
-    at::Tensor qk = ApplyRope(qkv.narrow(1, 0, H + Hkv), cos, sin);
+    at::Tensor qk = ApplyRope(qkv.narrow(1, 0, H + Hkv), st.cos, st.sin);
     at::Tensor q = qk.narrow(1, 0, H).transpose(0, 1);           // [H, n, D]
     at::Tensor k = qk.narrow(1, H, Hkv).transpose(0, 1);         // [Hkv, n, D]
     at::Tensor v = qkv.narrow(1, H + Hkv, Hkv).transpose(0, 1);  // [Hkv, n, D]
@@ -77,14 +104,29 @@ at::Tensor LlamaModel::Prefill(int64_t seq, const std::vector<int32_t>& tokens, 
     auto repeat = [&](const at::Tensor& t) {
       return t.unsqueeze(1).expand({Hkv, group, n, D}).reshape({H, n, D});
     };
-    at::Tensor attn = at::scaled_dot_product_attention(q, repeat(k), repeat(v), mask, 0.0, causal,
+    at::Tensor attn = at::scaled_dot_product_attention(q, repeat(k), repeat(v), st.mask, 0.0,
+                                                       /*is_causal=*/!st.mask.has_value(),
                                                        scale);  // [H, n, D]
-    store.StorePrefillLayer(seq, i, q, k, v);
-    h = h + at::linear(attn.transpose(0, 1).reshape({n, H * D}), l.o_proj);
+    store.StorePrefillLayer(st.seq, i, q, k, v);
+    h = h + Linear(attn.transpose(0, 1).reshape({n, H * D}), l.o_proj);
     h = h + Mlp(l, RmsNorm(h, l.mlp_norm));
   }
-  if (!all_logits) return Logits(h.narrow(0, n - 1, 1)).squeeze(0);
-  return Logits(h);
+  st.next_layer = end;
+  return end == config_.num_layers;
+}
+
+at::Tensor LlamaModel::PrefillLogits(const PrefillState& st, bool all_logits) const {
+  TORCH_CHECK(st.next_layer == config_.num_layers, "PrefillLogits: ", st.next_layer, " of ",
+              config_.num_layers, " layers done");
+  if (!all_logits) return Logits(st.h.narrow(0, st.n - 1, 1)).squeeze(0);
+  return Logits(st.h);
+}
+
+at::Tensor LlamaModel::Prefill(int64_t seq, const std::vector<int32_t>& tokens, KvStore& store,
+                               bool all_logits) {
+  PrefillState st = BeginPrefill(seq, tokens);
+  ContinuePrefill(st, store, config_.num_layers);
+  return PrefillLogits(st, all_logits);
 }
 
 at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vector<int32_t>& tokens,
@@ -95,18 +137,18 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, D = config_.head_dim;
 
   at::Tensor pos = at::tensor(at::ArrayRef<int64_t>(positions), at::kLong).to(device_);
-  auto [cos, sin] = RopeCosSin(inv_freq_, pos, dtype_);  // [B, D]
+  auto [cos, sin] = RopeCosSin(inv_freq_, pos, compute_dtype_);  // [B, D]
   cos = cos.unsqueeze(1);
   sin = sin.unsqueeze(1);
 
   at::Tensor h = Embed(tokens).to(at::kFloat);  // [B, hidden], float32 residual stream
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[i];
-    at::Tensor qkv = at::linear(RmsNorm(h, l.attn_norm), l.qkv).view({B, H + 2 * Hkv, D});
+    at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm), l.qkv).view({B, H + 2 * Hkv, D});
     at::Tensor qk = ApplyRope(qkv.narrow(1, 0, H + Hkv), cos, sin);
     at::Tensor attn = store.DecodeAttention(seqs, i, qk.narrow(1, 0, H), qk.narrow(1, H, Hkv),
                                             qkv.narrow(1, H + Hkv, Hkv));  // [B, H, D]
-    h = h + at::linear(attn.reshape({B, H * D}), l.o_proj);
+    h = h + Linear(attn.reshape({B, H * D}), l.o_proj);
     h = h + Mlp(l, RmsNorm(h, l.mlp_norm));
   }
   return Logits(h);

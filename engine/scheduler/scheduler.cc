@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <limits>
 
 #include "engine/scheduler/admission_policy.h"
 
@@ -86,7 +87,8 @@ void Scheduler::SetObserver(engine::EngineObserver observer) {
 }
 
 void Scheduler::PublishStats() {
-  running_count_.store(static_cast<int64_t>(running_.size()));
+  // Admitted requests, whether still in prefill or decoding.
+  running_count_.store(static_cast<int64_t>(running_.size() + prefilling_.size()));
   free_blocks_.store(cache_.num_free_blocks());
   usage_ratio_.store(cache_.usage_ratio());
 }
@@ -98,16 +100,17 @@ void Scheduler::Loop() {
       // Sleep only when there is nothing to do at all.
       wake_.wait(lock, [&] {
         return stopping_ || !inbox_.empty() || !cancels_.empty() || !running_.empty() ||
-               !waiting_.empty();
+               !prefilling_.empty() || !waiting_.empty();
       });
       if (stopping_) break;
     }
     TakeInbox();
     EndCancelledAndExpired(Clock::now());
-    AdmitAndPrefill();
+    Admit();
+    AdvancePrefills();
     DecodeStep();
     PublishStats();
-    if (running_.empty() && !waiting_.empty()) {
+    if (running_.empty() && prefilling_.empty() && !waiting_.empty()) {
       // Waiting requests that cannot be admitted with nothing running can only
       // be waiting for cancellations; avoid spinning.
       std::unique_lock<std::mutex> lock(mu_);
@@ -117,8 +120,10 @@ void Scheduler::Loop() {
   // Shutdown: everything still here ends with UNAVAILABLE.
   TakeInbox();
   for (auto& seq : running_) Finish(*seq, Status::Unavailable("engine shut down"), {});
+  for (auto& seq : prefilling_) Finish(*seq, Status::Unavailable("engine shut down"), {});
   for (auto& seq : waiting_) Finish(*seq, Status::Unavailable("engine shut down"), {});
   running_.clear();
+  prefilling_.clear();
   waiting_.clear();
   PublishStats();
 }
@@ -135,6 +140,7 @@ void Scheduler::TakeInbox() {
   }
   if (cancels.empty()) return;
   for (auto& seq : waiting_) seq->cancelled |= cancels.contains(seq->request_id);
+  for (auto& seq : prefilling_) seq->cancelled |= cancels.contains(seq->request_id);
   for (auto& seq : running_) seq->cancelled |= cancels.contains(seq->request_id);
 }
 
@@ -153,28 +159,38 @@ void Scheduler::EndCancelledAndExpired(Clock::time_point now) {
     return true;
   };
   std::erase_if(running_, end_if_done);
+  std::erase_if(prefilling_, end_if_done);
   std::erase_if(waiting_, end_if_done);
 }
 
-void Scheduler::AdmitAndPrefill() {
+void Scheduler::Admit() {
   if (waiting_.empty()) return;
+  // Prompts already in prefill use up the per-iteration budget; the head of
+  // the queue waits for them rather than stacking prefills (each holds its
+  // [n, hidden] residual stream until done).
+  int64_t prefill_tokens = 0;
+  for (const auto& seq : prefilling_) prefill_tokens += seq->prefill->n;
+  const int64_t budget = options_.max_prefill_tokens_per_step - prefill_tokens;
+  if (!prefilling_.empty() && static_cast<int64_t>(waiting_.front()->prompt.size()) > budget) {
+    return;
+  }
   std::vector<WaitingCandidate> candidates;
   candidates.reserve(waiting_.size());
   for (const auto& seq : waiting_) {
     candidates.push_back({seq->reserve_tokens, static_cast<int64_t>(seq->prompt.size())});
   }
   const AdmissionLimits limits{cache_.num_free_blocks(), cache_.block_size(),
-                               static_cast<int64_t>(running_.size()), options_.max_batch_size,
-                               options_.max_prefill_tokens_per_step};
+                               static_cast<int64_t>(running_.size() + prefilling_.size()),
+                               options_.max_batch_size, budget};
   const int64_t admit = AdmitCount(candidates, limits);
   for (int64_t i = 0; i < admit; ++i) {
     std::unique_ptr<Sequence> seq = std::move(waiting_.front());
     waiting_.pop_front();
-    Prefill(std::move(seq));
+    StartPrefill(std::move(seq));
   }
 }
 
-void Scheduler::Prefill(std::unique_ptr<Sequence> seq) {
+void Scheduler::StartPrefill(std::unique_ptr<Sequence> seq) {
   --queued_;
   seq->admitted = Clock::now();
   const int64_t n = static_cast<int64_t>(seq->prompt.size());
@@ -189,10 +205,56 @@ void Scheduler::Prefill(std::unique_ptr<Sequence> seq) {
     Finish(*seq, Status::Internal("KV reservation failed: " + added.message()), {});
     return;
   }
+  try {
+    c10::InferenceMode inference;
+    seq->prefill = model_.BeginPrefill(seq->id, seq->prompt);
+  } catch (const std::exception& e) {
+    Finish(*seq, Status::Internal(std::string("prefill failed: ") + e.what()), {});
+    return;
+  }
+  prefilling_.push_back(std::move(seq));
+}
+
+void Scheduler::AdvancePrefills() {
+  if (prefilling_.empty()) return;
+  const int64_t layers_total = model_.config().num_layers;
+  // With nobody decoding there is nobody to keep waiting: run prompts whole.
+  const bool sliced = options_.prefill_chunk_tokens > 0 && !running_.empty();
+  int64_t budget = sliced ? options_.prefill_chunk_tokens * layers_total
+                          : std::numeric_limits<int64_t>::max();  // token-layers
+  std::vector<std::unique_ptr<Sequence>> still_prefilling;
+  for (auto& seq : prefilling_) {
+    model::PrefillState& st = *seq->prefill;
+    if (budget <= 0) {
+      still_prefilling.push_back(std::move(seq));
+      continue;
+    }
+    const int64_t layers =
+        sliced ? std::clamp<int64_t>(budget / st.n, 1, layers_total) : layers_total;
+    budget = sliced ? budget - layers * st.n : budget;
+    bool done = false;
+    try {
+      c10::InferenceMode inference;
+      done = model_.ContinuePrefill(st, cache_, layers);
+    } catch (const std::exception& e) {
+      Finish(*seq, Status::Internal(std::string("prefill failed: ") + e.what()), {});
+      continue;
+    }
+    if (done) {
+      FinishPrefill(std::move(seq));
+    } else {
+      still_prefilling.push_back(std::move(seq));
+    }
+  }
+  prefilling_.swap(still_prefilling);
+}
+
+void Scheduler::FinishPrefill(std::unique_ptr<Sequence> seq) {
   int32_t token = 0;
   try {
     c10::InferenceMode inference;
-    const at::Tensor logits = model_.Prefill(seq->id, seq->prompt, cache_);  // [vocab]
+    const at::Tensor logits = model_.PrefillLogits(*seq->prefill);  // [vocab]
+    seq->prefill.reset();
     seq->kept_entries = cache_.num_tokens(seq->id);
     sampling::Sampler* samplers[] = {seq->sampler.get()};
     token = sampling::SampleBatch(logits.unsqueeze(0), samplers)[0];
@@ -200,7 +262,7 @@ void Scheduler::Prefill(std::unique_ptr<Sequence> seq) {
     Finish(*seq, Status::Internal(std::string("prefill failed: ") + e.what()), {});
     return;
   }
-  seq->next_position = n;
+  seq->next_position = static_cast<int64_t>(seq->prompt.size());
   bool finished = false;
   HandleToken(*seq, token, Clock::now(), &finished);
   if (!finished) running_.push_back(std::move(seq));

@@ -3,10 +3,14 @@
 //   1. takes new requests and cancellations from the inbox,
 //   2. ends cancelled and expired requests (blocks freed at once),
 //   3. admits waiting requests FCFS while blocks, batch room and the prefill
-//      budget allow (admission_policy.h) and prefills them layer by layer,
-//      SnapKV compressing each layer's K/V as it goes,
-//   4. runs one batched decode step for every running sequence,
-//   5. samples, detokenizes, matches stops and streams deltas to each sink.
+//      budget allow (admission_policy.h),
+//   4. advances admitted prompts' prefill layer by layer, SnapKV compressing
+//      each layer's K/V as it goes; while other sequences are decoding, only
+//      about prefill_chunk_tokens tokens' worth of layers per iteration, so a
+//      long prompt arriving delays running streams by one slice, not by its
+//      whole prefill,
+//   5. runs one batched decode step for every running sequence,
+//   6. samples, detokenizes, matches stops and streams deltas to each sink.
 // Other threads only touch the inbox (under a mutex) and atomic statistics.
 #pragma once
 
@@ -30,7 +34,12 @@ namespace snapserve::scheduler {
 struct SchedulerOptions {
   int64_t max_batch_size = 16;
   int64_t max_queue = 256;
+  // Prompt tokens admitted into prefill per iteration (and in prefill at once).
   int64_t max_prefill_tokens_per_step = 4096;
+  // While sequences are decoding, the prefill work done between two decode
+  // steps: prefill_chunk_tokens x num_layers token-layers, in whole layers (at
+  // least one per prompt). 0: every prompt's prefill runs whole.
+  int64_t prefill_chunk_tokens = 512;
 };
 
 class Scheduler {
@@ -55,8 +64,10 @@ class Scheduler {
   void Loop();
   void TakeInbox();
   void EndCancelledAndExpired(Clock::time_point now);
-  void AdmitAndPrefill();
-  void Prefill(std::unique_ptr<Sequence> seq);
+  void Admit();
+  void StartPrefill(std::unique_ptr<Sequence> seq);
+  void AdvancePrefills();
+  void FinishPrefill(std::unique_ptr<Sequence> seq);
   void DecodeStep();
   // Feeds one sampled token through stop matching and streaming; returns
   // true when the sequence finished (and was removed).
@@ -83,7 +94,8 @@ class Scheduler {
 
   // Scheduler thread only.
   std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;
+  std::vector<std::unique_ptr<Sequence>> prefilling_;  // admitted, FCFS
+  std::vector<std::unique_ptr<Sequence>> running_;     // decoding
   std::thread thread_;
 };
 

@@ -6,12 +6,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/compress/snapkv_policy.h"
 #include "engine/compress/snapkv_selector.h"
 #include "engine/engine.h"
+#include "engine/model/llama_model.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_matcher.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -40,6 +42,8 @@ struct Sequence {
   Clock::time_point first_token;
   Clock::time_point last_token;
 
+  // Prefill in progress (admitted, some layers still to run).
+  std::optional<model::PrefillState> prefill;
   // Decoding state: the token to feed next and its absolute position.
   int32_t next_token = 0;
   int64_t next_position = 0;

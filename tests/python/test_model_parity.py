@@ -106,6 +106,49 @@ def test_tiny_batched_decode_matches_single(torch_ops, tiny_models):
         assert got[b].tolist() == _hf_greedy(hf, p, 12), f"sequence {b}"
 
 
+def _bf16_rounded_copy(hf):
+    """transformers' float32 model with every matrix rounded to bfloat16 and
+    widened back: the exact semantics of weight-only bfloat16 (norm weights
+    stay float32, as in the C++ model)."""
+    import copy
+    model = copy.deepcopy(hf)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.copy_(p.to(torch.bfloat16).float())
+    return model
+
+
+@pytest.mark.parametrize("name", ["llama_gqa_untied", "llama_mha_tied", "mistral_window"])
+def test_tiny_weight_only_bfloat16_matches_rounded_transformers(torch_ops, tiny_models, name):
+    """On CPU "bfloat16" stores weights in bfloat16 and computes in float32:
+    its logits match transformers float32 on the bfloat16-rounded weights as
+    tightly as the float32 model matches transformers (prefill and decode)."""
+    path, hf = tiny_models[name]
+    rounded = _bf16_rounded_copy(hf)
+    for i, n in enumerate([1, 9, 100, 512]):
+        ids = _prompt(n, BASE["vocab_size"], seed=77 + n)
+        with torch.no_grad():
+            expected = rounded(torch.tensor([ids])).logits[0].float()
+        got = torch_ops.model_logits(str(path), "bfloat16", ids)
+        diff = (got - expected).abs().max().item()
+        assert diff <= 1e-4, f"{name} n={n}: max abs diff {diff}"
+    ids = _prompt(80, BASE["vocab_size"], seed=8)
+    assert list(torch_ops.model_greedy(str(path), "bfloat16", ids, 24)) == _hf_greedy(rounded, ids,
+                                                                                       24)
+
+
+def test_tiny_weight_only_bfloat16_batch_invariant(torch_ops, tiny_models):
+    """The bfloat16 decode kernel computes each row in a fixed order, so a
+    sequence's tokens do not depend on the batch it is decoded in."""
+    path, _ = tiny_models["llama_gqa_untied"]
+    prompts = [_prompt(n, BASE["vocab_size"], seed=n) for n in (3, 40, 129, 7, 64)]
+    flat = [t for p in prompts for t in p]
+    got = torch_ops.model_greedy_batch(str(path), "bfloat16", flat, [len(p) for p in prompts], 16)
+    for b, p in enumerate(prompts):
+        assert got[b].tolist() == list(torch_ops.model_greedy(str(path), "bfloat16", p, 16)), b
+
+
 def test_tiny_bfloat16_close_to_float32(torch_ops, tiny_models):
     path, _ = tiny_models["llama_gqa_untied"]
     ids = _prompt(64, BASE["vocab_size"], seed=3)
@@ -182,14 +225,13 @@ def test_real_greedy_matches_transformers(torch_ops, real, model_path, prompt):
     assert got == expected, tok.decode(got) + "\n---\n" + tok.decode(expected)
 
 
-# Measured baseline (2048 tokens of GPL-3): transformers' own bfloat16 model
-# agrees with its float32 model on 97.2% of next-token top-1 predictions,
-# ours on 97.0%; bfloat16-rounded weights with float32 compute reach 99.3%,
-# so the remaining gap comes from computing in bfloat16 (logits rounded to 8
-# mantissa bits flip near-ties), not from this implementation. The 99% asked
-# for in the issue is not reachable by bfloat16 compute on this model; the bar
-# is set just under the transformers baseline instead.
-BF16_MIN_AGREEMENT = 0.96
+# Baselines on the same 2048 tokens of GPL-3: transformers' own bfloat16 model
+# agrees with its float32 model on 97.2% of next-token top-1 predictions, and
+# computing in bfloat16 got us 97.0% (logits and activations rounded to 8
+# mantissa bits flip near-ties). On CPU our bfloat16 model is weight-only
+# bfloat16 (engine/model/llama_model.h): activations stay float32, so only the
+# weights' rounding remains. The issue asks for 99%.
+BF16_MIN_AGREEMENT = 0.99
 
 
 @pytest.mark.slow

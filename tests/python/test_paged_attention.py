@@ -77,6 +77,21 @@ def test_matches_dense_reference(torch_ops, dtype, group):
     torch.testing.assert_close(got.float(), want, atol=TOL[dtype], rtol=TOL[dtype])
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("group", [1, 3])
+def test_float32_query_over_low_precision_cache(torch_ops, cache_dtype, group):
+    """A bfloat16 model computes in float32 on CPU (weight-only bfloat16):
+    its float32 query reads the bfloat16 cache as is and gets a float32
+    result, as exact as the float32 kernel on the widened cache values."""
+    lens = [1, 17, 250, 1000]
+    q, kc, vc, tables, ctx = make_case(lens, 2 * group, 2, 64, 16, cache_dtype, seed=40 + group)
+    q = torch.randn(q.shape, generator=torch.Generator().manual_seed(group))  # unrounded
+    got = torch_ops.paged_decode_attention(q, kc, vc, tables, ctx, 1 / 8)
+    assert got.dtype == torch.float32 and got.shape == q.shape
+    want = reference(q, kc, vc, tables, ctx, 1 / 8)
+    torch.testing.assert_close(got, want, atol=TOL[torch.float32], rtol=TOL[torch.float32])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_long_contexts_up_to_8192(torch_ops, dtype):
     # SmolLM2's shape: 9 query heads over 3 KV heads, head_dim 64.

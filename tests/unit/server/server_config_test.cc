@@ -35,6 +35,17 @@ TEST(ServerConfigTest, DefaultsMatchTheDesign) {
   EXPECT_EQ(r.config.snapkv_pooling, "max");
 }
 
+TEST(ServerConfigTest, PrefillChunkTokensFlagAndEnvironment) {
+  EXPECT_EQ(Parse({}).config.prefill_chunk_tokens, 512);
+  EXPECT_EQ(Parse({"--prefill-chunk-tokens=0"}).config.prefill_chunk_tokens, 0);
+  EXPECT_EQ(Parse({}, {{"SNAPSERVE_PREFILL_CHUNK_TOKENS", "256"}}).config.prefill_chunk_tokens,
+            256);
+  ParseResult bad = Parse({"--prefill-chunk-tokens=-1"});
+  EXPECT_TRUE(bad.exit);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.message.find("--prefill-chunk-tokens"), std::string::npos) << bad.message;
+}
+
 TEST(ServerConfigTest, DashesUnderscoresAndSeparateValues) {
   ParseResult r = Parse({"--kv-cache-memory=512MiB", "--max_queue", "7", "--model", "/m.gguf"});
   ASSERT_FALSE(r.exit) << r.message;

@@ -1,0 +1,237 @@
+// Fixed-order CPU kernel of the linear layer (linear.h) for decode-sized m.
+//
+// Work is split over tiles of kTile weight rows. bfloat16 rows are first
+// widened to float32 into a small scratch buffer (bfloat16 is the top half of
+// a float32: a 16-bit shift); float32 rows are read in place. Each tile is
+// then dotted with every row of x, two x rows at a time, so each weight byte
+// comes from memory once per call whatever m is.
+//
+// Every output element is the same sequence of operations — eight float32
+// lanes accumulated over K in order, the lanes summed in a fixed tree, then
+// the K % 8 tail — whichever tile shape or batch row it belongs to. That makes
+// a row's result independent of the batch it is computed in.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/linear.h"
+
+namespace snapserve::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kTile = 4;   // weight rows per tile
+constexpr int64_t kLanes = 8;  // float32 partial sums per dot product
+
+float widen(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// The K % kLanes tail of one dot product, added to the lane total.
+float add_tail(float total, const float* x, const float* w, int64_t from, int64_t k) {
+  for (int64_t j = from; j < k; ++j) total += x[j] * w[j];
+  return total;
+}
+
+// out [m, n_total] = x [m, k] · w [n_total, k]ᵀ
+struct Problem {
+  const float* x;
+  float* out;
+  int64_t m, k, n_total;
+};
+
+// ---- portable path (any CPU) -------------------------------------------
+float lane_sum(const float* p) {
+  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
+
+// Output columns n0 .. n0 + rows - 1 from float32 weight rows wr[0 .. rows).
+void tile_portable(const Problem& p, const float* const* wr, int64_t rows, int64_t n0) {
+  const int64_t k = p.k, k8 = k - k % kLanes;
+  for (int64_t i = 0; i < p.m; ++i) {
+    const float* xi = p.x + i * k;
+    for (int64_t r = 0; r < rows; ++r) {
+      float acc[kLanes] = {};
+      for (int64_t j = 0; j < k8; j += kLanes) {
+        for (int64_t l = 0; l < kLanes; ++l) acc[l] += xi[j + l] * wr[r][j + l];
+      }
+      p.out[i * p.n_total + n0 + r] = add_tail(lane_sum(acc), xi, wr[r], k8, k);
+    }
+  }
+}
+
+void widen_rows_portable(const uint16_t* src, int64_t count, float* dst) {
+  for (int64_t j = 0; j < count; ++j) dst[j] = widen(src[j]);
+}
+
+// ---- AVX2 + FMA path -----------------------------------------------------
+#if defined(__x86_64__)
+#define SNAPSERVE_AVX2 __attribute__((target("avx2,fma")))
+
+// Same tree as the portable lane_sum: (l0+l4, l1+l5, l2+l6, l3+l7), pairs, one.
+SNAPSERVE_AVX2 inline float lane_sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+SNAPSERVE_AVX2 void widen_rows_avx2(const uint16_t* src, int64_t count, float* dst) {
+  int64_t j = 0;
+  for (; j + kLanes <= count; j += kLanes) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j));
+    _mm256_storeu_ps(dst + j, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+  }
+  for (; j < count; ++j) dst[j] = widen(src[j]);
+}
+
+SNAPSERVE_AVX2 void tile_avx2(const Problem& p, const float* const* wr, int64_t rows, int64_t n0) {
+  const int64_t k = p.k, k8 = k - k % kLanes;
+  int64_t i = 0;
+  if (rows == kTile) {
+    const float *w0 = wr[0], *w1 = wr[1], *w2 = wr[2], *w3 = wr[3];
+    // Two x rows by four weight rows: eight accumulators, six loads per
+    // eight multiply-adds (FMA-bound rather than load-bound).
+    for (; i + 2 <= p.m; i += 2) {
+      const float* xa = p.x + i * k;
+      const float* xb = xa + k;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+      for (int64_t j = 0; j < k8; j += kLanes) {
+        const __m256 xva = _mm256_loadu_ps(xa + j), xvb = _mm256_loadu_ps(xb + j);
+        const __m256 v0 = _mm256_loadu_ps(w0 + j), v1 = _mm256_loadu_ps(w1 + j);
+        const __m256 v2 = _mm256_loadu_ps(w2 + j), v3 = _mm256_loadu_ps(w3 + j);
+        a0 = _mm256_fmadd_ps(xva, v0, a0);
+        a1 = _mm256_fmadd_ps(xva, v1, a1);
+        a2 = _mm256_fmadd_ps(xva, v2, a2);
+        a3 = _mm256_fmadd_ps(xva, v3, a3);
+        b0 = _mm256_fmadd_ps(xvb, v0, b0);
+        b1 = _mm256_fmadd_ps(xvb, v1, b1);
+        b2 = _mm256_fmadd_ps(xvb, v2, b2);
+        b3 = _mm256_fmadd_ps(xvb, v3, b3);
+      }
+      float* oa = p.out + i * p.n_total + n0;
+      float* ob = oa + p.n_total;
+      oa[0] = add_tail(lane_sum(a0), xa, w0, k8, k);
+      oa[1] = add_tail(lane_sum(a1), xa, w1, k8, k);
+      oa[2] = add_tail(lane_sum(a2), xa, w2, k8, k);
+      oa[3] = add_tail(lane_sum(a3), xa, w3, k8, k);
+      ob[0] = add_tail(lane_sum(b0), xb, w0, k8, k);
+      ob[1] = add_tail(lane_sum(b1), xb, w1, k8, k);
+      ob[2] = add_tail(lane_sum(b2), xb, w2, k8, k);
+      ob[3] = add_tail(lane_sum(b3), xb, w3, k8, k);
+    }
+  }
+  // The last odd x row of a full tile: four independent accumulators (one
+  // would serialize on the FMA latency).
+  if (rows == kTile && i < p.m) {
+    const float* xi = p.x + i * k;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t j = 0; j < k8; j += kLanes) {
+      const __m256 xv = _mm256_loadu_ps(xi + j);
+      a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[0] + j), a0);
+      a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[1] + j), a1);
+      a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[2] + j), a2);
+      a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr[3] + j), a3);
+    }
+    float* oi = p.out + i * p.n_total + n0;
+    oi[0] = add_tail(lane_sum(a0), xi, wr[0], k8, k);
+    oi[1] = add_tail(lane_sum(a1), xi, wr[1], k8, k);
+    oi[2] = add_tail(lane_sum(a2), xi, wr[2], k8, k);
+    oi[3] = add_tail(lane_sum(a3), xi, wr[3], k8, k);
+    ++i;
+  }
+  // A partial tile (the last columns): one accumulator per output.
+  for (; i < p.m; ++i) {
+    const float* xi = p.x + i * k;
+    for (int64_t r = 0; r < rows; ++r) {
+      __m256 a = _mm256_setzero_ps();
+      for (int64_t j = 0; j < k8; j += kLanes) {
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(xi + j), _mm256_loadu_ps(wr[r] + j), a);
+      }
+      p.out[i * p.n_total + n0 + r] = add_tail(lane_sum(a), xi, wr[r], k8, k);
+    }
+  }
+}
+
+bool cpu_has_avx2_fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
+
+// Output columns [n_begin, n_end): float32 weights are read in place,
+// bfloat16 weights widened a tile at a time into `scratch` [kTile * k].
+template <typename W>
+void run_columns(const Problem& p, const W* w, int64_t n_begin, int64_t n_end, float* scratch) {
+#if defined(__x86_64__)
+  const bool avx2 = cpu_has_avx2_fma();
+#else
+  const bool avx2 = false;
+#endif
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += kTile) {
+    const int64_t rows = std::min(kTile, n_end - n0);
+    const float* wr[kTile] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      if constexpr (std::is_same_v<W, float>) {
+        wr[r] = w + (n0 + r) * p.k;
+      } else {
+        float* dst = scratch + r * p.k;
+#if defined(__x86_64__)
+        if (avx2) {
+          widen_rows_avx2(w + (n0 + r) * p.k, p.k, dst);
+        } else {
+          widen_rows_portable(w + (n0 + r) * p.k, p.k, dst);
+        }
+#else
+        widen_rows_portable(w + (n0 + r) * p.k, p.k, dst);
+#endif
+        wr[r] = dst;
+      }
+    }
+#if defined(__x86_64__)
+    if (avx2) {
+      tile_avx2(p, wr, rows, n0);
+      continue;
+    }
+#endif
+    tile_portable(p, wr, rows, n0);
+  }
+}
+
+}  // namespace
+
+void linear_float32_small(const at::Tensor& x, const at::Tensor& w, at::Tensor& out) {
+  const Problem p{x.const_data_ptr<float>(), out.data_ptr<float>(), x.size(0), x.size(1),
+                  w.size(0)};
+  const bool bf16 = w.scalar_type() == at::kBFloat16;
+  const auto* w16 = static_cast<const uint16_t*>(w.const_data_ptr());
+  const auto* w32 = static_cast<const float*>(w.const_data_ptr());
+  const int64_t tiles = (p.n_total + kTile - 1) / kTile;
+  // ~64K multiply-adds per task keeps small matrices on the calling thread.
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, p.k * p.m * kTile));
+  at::parallel_for(0, tiles, grain, [&](int64_t t_begin, int64_t t_end) {
+    const int64_t n_begin = t_begin * kTile, n_end = std::min(t_end * kTile, p.n_total);
+    if (bf16) {
+      std::vector<float> scratch(static_cast<size_t>(kTile * p.k));
+      run_columns(p, w16, n_begin, n_end, scratch.data());
+    } else {
+      run_columns(p, w32, n_begin, n_end, nullptr);
+    }
+  });
+}
+
+}  // namespace snapserve::kernels::cpu

@@ -1,0 +1,141 @@
+"""Sliced prefill (engine/scheduler/scheduler.h, --prefill-chunk-tokens):
+while a stream is decoding, a long prompt that arrives is prefilled a few
+layers at a time with decode steps of the running stream in between, instead
+of stopping that stream for its whole prefill.
+
+What is observed is the order of events, not their speed: how many tokens a
+running stream A receives between the moment a long-prompt request B is sent
+and the moment B's answer arrives. With --prefill-chunk-tokens=128 and a
+1500-token prompt, B's 30 layers run in slices of 128 * 30 // 1500 = 2 layers,
+so A gets a decode step after each of B's 15 slices; with 0 (whole prompts),
+A waits for B's whole prefill and gets at most a step or two in that window.
+B's own greedy token is the same either way, and a deadline that passes in
+the middle of B's prefill frees its blocks.
+"""
+import pathlib
+import threading
+import time
+import urllib.request
+
+import grpc
+import pytest
+
+GPL = pathlib.Path("/usr/share/common-licenses/GPL-3")
+LONG_PROMPT_TOKENS = 1500
+CHUNK = 128
+SLICES = -(-30 // (CHUNK * 30 // LONG_PROMPT_TOKENS))  # 15 slices of 2 layers
+
+
+def _metric(port, name):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+class RunningStream:
+    """Stream A: a short prompt generating until cancelled; records when each
+    message arrives."""
+
+    def __init__(self, stub, pb2):
+        self.times = []
+        self.call = stub.GenerateStream(pb2.GenerateRequest(
+            request_id="running-a", prompt="Count slowly:",
+            kv_compression=pb2.KvCompression(method=pb2.KvCompression.NONE),
+            stopping=pb2.StoppingCriteria(max_new_tokens=3000, ignore_eos=True)), timeout=600)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        try:
+            for _ in self.call:
+                self.times.append(time.monotonic())
+        except grpc.RpcError:
+            pass  # cancelled at the end of the test
+
+    def wait_started(self, tokens=3, timeout=60):
+        end = time.monotonic() + timeout
+        while len(self.times) < tokens:
+            assert time.monotonic() < end, "stream A never started"
+            time.sleep(0.05)
+
+    def tokens_between(self, t0, t1):
+        return sum(1 for t in self.times if t0 <= t <= t1)
+
+    def stop(self):
+        self.call.cancel()
+        self.thread.join(timeout=30)
+
+
+def _long_request(pb2, stub, rid, **kw):
+    ids = stub.Tokenize(pb2.TokenizeRequest(text=GPL.read_text()), timeout=30).ids
+    return pb2.GenerateRequest(
+        request_id=rid, input_ids=pb2.TokenIds(ids=ids[:LONG_PROMPT_TOKENS]),
+        kv_compression=pb2.KvCompression(method=pb2.KvCompression.SNAPKV,
+                                         max_capacity_prompt=256, window_size=32),
+        stopping=pb2.StoppingCriteria(max_new_tokens=1, ignore_eos=True), **kw)
+
+
+def _overlap(server, pb):
+    """Returns (tokens A got while B ran, B's response)."""
+    pb2, pb2_grpc = pb
+    with grpc.insecure_channel(server.target) as ch:
+        stub = pb2_grpc.GenerationStub(ch)
+        request = _long_request(pb2, stub, "long-b")
+        a = RunningStream(stub, pb2)
+        try:
+            a.wait_started()
+            t0 = time.monotonic()
+            b = stub.Generate(request, timeout=600)
+            t1 = time.monotonic()
+        finally:
+            a.stop()
+    return a.tokens_between(t0, t1), b
+
+
+@pytest.fixture(scope="module")
+def servers(start_module_server, model_path):
+    common = [f"--model={model_path}", "--shutdown-grace=5"]
+    return {chunk: start_module_server(common + [f"--prefill-chunk-tokens={chunk}"])
+            for chunk in (CHUNK, 0)}
+
+
+@pytest.mark.slow
+def test_running_stream_keeps_decoding_during_a_long_prefill(servers, pb):
+    sliced, b_sliced = _overlap(servers[CHUNK], pb)
+    whole, b_whole = _overlap(servers[0], pb)
+    # One decode step per slice but the last (B's final slice is followed by
+    # B's own completion); a little slack for the boundaries.
+    assert sliced >= SLICES - 3, f"A got {sliced} tokens during B's {SLICES}-slice prefill"
+    assert whole <= 3, f"A got {whole} tokens while B's prefill ran whole"
+    # Slicing changes when layers run, not what they compute.
+    assert list(b_sliced.token_ids) == list(b_whole.token_ids)
+    assert b_sliced.usage.kv_kept_entries == b_whole.usage.kv_kept_entries == 256
+
+
+@pytest.mark.slow
+def test_deadline_in_the_middle_of_a_sliced_prefill_frees_blocks(servers, pb):
+    pb2, pb2_grpc = pb
+    server = servers[CHUNK]
+    total = _metric(server.metrics_port, "snapserve_kv_cache_blocks_free")
+    with grpc.insecure_channel(server.target) as ch:
+        stub = pb2_grpc.GenerationStub(ch)
+        request = _long_request(pb2, stub, "late-b")
+        a = RunningStream(stub, pb2)
+        try:
+            a.wait_started()
+            t0 = time.monotonic()
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Generate(request, timeout=2.0)  # B's sliced prefill takes far longer
+            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            # A kept going while B was being prefilled and after B ended.
+            time.sleep(1.0)
+            assert a.tokens_between(t0, time.monotonic()) >= 2
+        finally:
+            a.stop()
+    end = time.monotonic() + 10
+    while _metric(server.metrics_port, "snapserve_kv_cache_blocks_free") != total:
+        assert time.monotonic() < end, "blocks not freed after the deadline and the cancel"
+        time.sleep(0.2)
+    assert _metric(server.metrics_port, "snapserve_requests_running") == 0

@@ -1,0 +1,100 @@
+// The CPU linear layer (float32 activations, float32 or bfloat16 weights)
+// against a float64 ATen linear over the same weight values, and the property
+// the engine relies on: a row's result is bit-identical whatever else is in
+// the batch.
+#include "kernels/linear.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace snapserve::kernels {
+namespace {
+
+at::Tensor Reference(const at::Tensor& x, const at::Tensor& w) {
+  return at::linear(x.to(at::kDouble), w.to(at::kDouble)).to(at::kFloat);
+}
+
+// Tolerance for a K-term float32 dot product of O(1) values.
+double Tolerance(int64_t k) { return 2e-6 * static_cast<double>(k); }
+
+class LinearTest : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(LinearTest, MatchesFloat64ReferenceOverShapes) {
+  at::manual_seed(0);
+  // K not a multiple of 8, N not a multiple of 4 and odd m exercise every
+  // tail; m above kLinearSmallRows takes the GEMM path.
+  for (int64_t m : {1, 2, 3, 16, 64, 65, 200}) {
+    for (int64_t k : {1, 7, 8, 64, 577}) {
+      for (int64_t n : {1, 5, 576, 1031}) {
+        const at::Tensor x = at::randn({m, k});
+        const at::Tensor w = at::randn({n, k}).to(GetParam());
+        const at::Tensor got = linear_float32(x, w);
+        ASSERT_EQ(got.scalar_type(), at::kFloat);
+        ASSERT_EQ(got.sizes(), (at::IntArrayRef{m, n}));
+        const double err = (got - Reference(x, w)).abs().max().item<double>();
+        EXPECT_LE(err, Tolerance(k)) << "m=" << m << " k=" << k << " n=" << n;
+      }
+    }
+  }
+}
+
+TEST_P(LinearTest, LargeOutputIsSlicedCorrectly) {
+  // N * K above the widening slice (2^19 elements) with m on the GEMM path.
+  at::manual_seed(1);
+  const at::Tensor x = at::randn({80, 576});
+  const at::Tensor w = at::randn({2000, 576}).to(GetParam());
+  const double err = (linear_float32(x, w) - Reference(x, w)).abs().max().item<double>();
+  EXPECT_LE(err, Tolerance(576));
+}
+
+TEST_P(LinearTest, RowResultIndependentOfBatch) {
+  at::manual_seed(2);
+  const at::Tensor w = at::randn({1031, 577}).to(GetParam());
+  const at::Tensor batch = at::randn({kLinearSmallRows, 577});
+  const at::Tensor together = linear_float32(batch, w);
+  // Rows that sit in a two-row pair in the batch and alone (or unpaired) in
+  // smaller batches.
+  for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{5}, kLinearSmallRows - 1}) {
+    EXPECT_TRUE(at::equal(linear_float32(batch.narrow(0, i, 1), w)[0], together[i])) << "row " << i;
+    const int64_t start = std::max<int64_t>(0, i - 2);
+    EXPECT_TRUE(
+        at::equal(linear_float32(batch.narrow(0, start, i - start + 1), w)[i - start], together[i]))
+        << "row " << i << " in a batch of " << i - start + 1;
+  }
+  // A strided (non-contiguous) x gives the same result as its copy.
+  const at::Tensor strided = at::randn({577, 3}).t();
+  EXPECT_TRUE(at::equal(linear_float32(strided, w), linear_float32(strided.contiguous(), w)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Weights, LinearTest, ::testing::Values(at::kFloat, at::kBFloat16),
+                         [](const auto& info) { return std::string(c10::toString(info.param)); });
+
+TEST(Linear, EmptyInputs) {
+  const at::Tensor w = at::randn({4, 8}).to(at::kBFloat16);
+  EXPECT_EQ(linear_float32(at::randn({0, 8}), w).sizes(), (at::IntArrayRef{0, 4}));
+}
+
+void ExpectError(const at::Tensor& x, const at::Tensor& w, const std::string& needle) {
+  try {
+    linear_float32(x, w);
+    FAIL() << "expected an error mentioning " << needle;
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Linear, BadInputsNameTheArgument) {
+  const at::Tensor w = at::randn({4, 8}).to(at::kBFloat16);
+  ExpectError(at::randn({2, 8}).to(at::kBFloat16), w, "x: expected float32");
+  ExpectError(at::randn({2, 8}), at::randn({4, 8}).to(at::kHalf),
+              "w: expected float32 or bfloat16");
+  ExpectError(at::randn({2, 7}), w, "w:");
+  ExpectError(at::randn({2, 2, 8}), w, "x:");
+  ExpectError(at::randn({2, 8}), at::randn({8, 4}).to(at::kBFloat16).t(), "contiguous");
+}
+
+}  // namespace
+}  // namespace snapserve::kernels

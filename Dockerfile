@@ -54,7 +54,8 @@ RUN make build BUILD_DIR=/opt/snapserve/build \
  && ./build/server/snapserve --help >/dev/null
 
 # Stage exactly what the runtime needs under /stage, at the same absolute paths:
-#  - the binary;
+#  - the binary and the SentencePiece module it dlopen()s
+#    (build/engine/libsnapserve_sentencepiece.so, engine/tokenizer/sentencepiece_shim.h);
 #  - LibTorch's libraries and the pip CUDA libraries it finds next to it (RPATH
 #    $ORIGIN/../../nvidia/...); the whole folders, because torch and cuDNN dlopen()
 #    parts of them lazily, which ldd cannot see;
@@ -66,11 +67,12 @@ ARG BAKE_MODEL=0
 RUN set -eux; \
     site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"; \
     mkdir -p /stage/etc/ld.so.conf.d /stage/opt/snapserve/syslib /stage/models; \
-    cp -a --parents build/server/snapserve /stage/opt/snapserve/; \
+    cp -a --parents build/server/snapserve build/engine/libsnapserve_sentencepiece.so /stage/opt/snapserve/; \
     cp -a --parents "${site#/opt/snapserve/}/torch/lib" /stage/opt/snapserve/; \
     cp -a --parents "${site#/opt/snapserve/}/nvidia" /stage/opt/snapserve/; \
     cp -a --parents .deps/prometheus-cpp/usr/lib /stage/opt/snapserve/; \
-    ldd build/server/snapserve | awk '$2 == "=>" && $3 ~ /^\// {print $3}' \
+    ldd build/server/snapserve build/engine/libsnapserve_sentencepiece.so \
+      | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u \
       | grep -v '^/opt/snapserve/' \
       | grep -Ev '/(ld-linux[^/]*|lib(c|m|dl|rt|pthread|resolv|gcc_s|stdc\+\+)\.so[^/]*)$' \
       | xargs -r -I{} cp -L {} /stage/opt/snapserve/syslib/; \

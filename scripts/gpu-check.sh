@@ -41,5 +41,6 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$BUILD" -j "$(nproc)" 2>&1 | tail -5
 (cd "$BUILD" && ctest --output-on-failure --output-junit "$OUT/ctest.xml") 2>&1 | tail -15 || true
 SNAPSERVE_BUILD_DIR="$BUILD" "$PY" -m pytest -m gpu -v -rs --junitxml="$OUT/pytest-gpu.xml" \
-  tests/python/test_snapkv_reference.py tests/python/test_paged_attention.py 2>&1 | tail -30
+  tests/python/test_snapkv_reference.py tests/python/test_paged_attention.py \
+  tests/python/test_model_cuda.py 2>&1 | tail -30
 echo "{\"wall_s\": $(( $(date +%s) - start ))}" > "$OUT/timing.json"

@@ -11,6 +11,15 @@
 // RTLD_LOCAL | RTLD_DEEPBIND: its symbols stay out of the process's global
 // scope and its own references bind to its own copies first. Nothing crosses
 // the boundary but plain C values and caller-owned buffers.
+//
+// What no dlopen flag separates: GNU-unique symbols (C++ function-local
+// statics such as protobuf's ShutdownData::get()::data) are unified across the
+// whole process. libprotobuf 3.21 and the bundled 3.14 agree on that layout,
+// so the server is fine (tests/python/test_sentencepiece_parity.py runs a real
+// server with a SentencePiece model), but a third, newer protobuf in the same
+// process does not: grpc_tools' in-process protoc corrupted the heap of the
+// pytest process that loaded a SentencePiece tokenizer, so the tests run
+// protoc in a child process (tests/python/conftest.py).
 #pragma once
 
 #include <stddef.h>

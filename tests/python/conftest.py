@@ -67,16 +67,23 @@ def torch_ops():
 
 @pytest.fixture(scope="session")
 def pb():
-    """Python stubs for snapserve/v1/generation.proto, generated with grpcio-tools."""
+    """Python stubs for snapserve/v1/generation.proto, generated with grpcio-tools.
+
+    protoc runs in a child process: grpc_tools' compiler module carries its own
+    C++ protobuf, whose GNU-unique symbols (process-wide, whatever the dlopen
+    flags) would be shared with the protobuf copy inside libsentencepiece once
+    the torch ops load a SentencePiece tokenizer in this process, and the two
+    versions' layouts differ (a heap corruption seen in the SentencePiece tests).
+    """
     import importlib
+    import subprocess
     import sys
 
-    from grpc_tools import protoc
     out = BUILD_DIR / "python_gen"
     out.mkdir(parents=True, exist_ok=True)
-    rc = protoc.main(["protoc", f"-I{ROOT / 'proto'}", f"--python_out={out}",
-                      f"--grpc_python_out={out}",
-                      str(ROOT / "proto" / "snapserve" / "v1" / "generation.proto")])
+    rc = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'proto'}",
+                         f"--python_out={out}", f"--grpc_python_out={out}",
+                         str(ROOT / "proto" / "snapserve" / "v1" / "generation.proto")]).returncode
     assert rc == 0, "protoc failed on generation.proto"
     if str(out) not in sys.path:
         sys.path.insert(0, str(out))

@@ -45,11 +45,20 @@ at::Tensor ModelLogits(const std::string& path, const std::string& dtype, at::In
   return m.Prefill(0, ToInt32(ids), store, /*all_logits=*/true);
 }
 
+// As ModelLogits on any device ("cpu", "cuda"); logits come back on the CPU.
+at::Tensor ModelLogitsOn(const std::string& path, const std::string& dtype,
+                         const std::string& device, at::IntArrayRef ids) {
+  LlamaModel& m = GetModel(path, dtype, device);
+  DenseKvStore store(m.config().num_layers, m.config().sliding_window);
+  return m.Prefill(0, ToInt32(ids), store, /*all_logits=*/true).cpu();
+}
+
 // Greedy continuation of `ids`: prefill, then one batched decode step per
 // token (batch 1). Returns the max_new generated ids.
-std::vector<int64_t> ModelGreedy(const std::string& path, const std::string& dtype,
-                                 at::IntArrayRef ids, int64_t max_new) {
-  LlamaModel& m = GetModel(path, dtype, "cpu");
+std::vector<int64_t> ModelGreedyOn(const std::string& path, const std::string& dtype,
+                                   const std::string& device, at::IntArrayRef ids,
+                                   int64_t max_new) {
+  LlamaModel& m = GetModel(path, dtype, device);
   DenseKvStore store(m.config().num_layers, m.config().sliding_window);
   std::vector<int64_t> out;
   if (max_new <= 0) return out;
@@ -62,6 +71,11 @@ std::vector<int64_t> ModelGreedy(const std::string& path, const std::string& dty
     logits = m.Decode({0}, {static_cast<int32_t>(next)}, {pos++}, store)[0];
   }
   return out;
+}
+
+std::vector<int64_t> ModelGreedy(const std::string& path, const std::string& dtype,
+                                 at::IntArrayRef ids, int64_t max_new) {
+  return ModelGreedyOn(path, dtype, "cpu", ids, max_new);
 }
 
 // Greedy continuation of several prompts decoded together in one batch (each
@@ -129,6 +143,10 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
   m.def("model_logits(str path, str dtype, int[] ids) -> Tensor", &snapserve::model::ModelLogits);
   m.def("model_greedy(str path, str dtype, int[] ids, int max_new) -> int[]",
         &snapserve::model::ModelGreedy);
+  m.def("model_logits_on(str path, str dtype, str device, int[] ids) -> Tensor",
+        &snapserve::model::ModelLogitsOn);
+  m.def("model_greedy_on(str path, str dtype, str device, int[] ids, int max_new) -> int[]",
+        &snapserve::model::ModelGreedyOn);
   m.def("model_greedy_batch(str path, str dtype, int[] flat, int[] lengths, int max_new) -> Tensor",
         &snapserve::model::ModelGreedyBatch);
   m.def("model_time(str path, str dtype, int[] ids, int decode_steps) -> float[]",

@@ -12,7 +12,8 @@ bench/results/snapkv_perf.json.
    b) A/B: the same prompt once with kv_compression NONE and once with SNAPKV
       (alternating, max_new_tokens=1); (ttft_snapkv - ttft_none) / ttft_none.
    Medians of --repeats runs; ratios computed per run, then the median.
-   Quick (default): n {1024, 2048}, 3 repeats. --full: n {2048, 4096, 8192}, 3 repeats.
+   Quick (default): n {1024, 2048}, 3 repeats. --full: n {2048, 4096, 8191}, 3 repeats
+   (8191: SmolLM2's context is 8192 and a request needs prompt + 1 new token).
 2. Prefill peak memory with and without layer-wise compression: one fresh
    server per configuration; a 64-token warm-up, then VmHWM from
    /proc/<pid>/status before and after one n-token prompt (also the peak of
@@ -22,7 +23,7 @@ bench/results/snapkv_perf.json.
    to the cache; the engine has no whole-prompt-then-compress mode). Shown next
    to the computed one-layer full K/V size n * kv_heads * head_dim * 2 * 4 B.
    The paged pool is allocated with at::empty, so its pages count in RSS only
-   once written. Quick: n=2048; --full: n=8192.
+   once written. Quick: n=2048; --full: n=8191.
 3. KV bytes per request before/after: Usage.kv_prompt_entries and
    kv_kept_entries x layers x kv_heads x head_dim x 2 (K,V) x dtype bytes.
 """
@@ -79,6 +80,8 @@ def timing(args, lengths, repeats):
                        "errors": [x["error"] for x in pair.values() if x["error"]],
                        "usage_snapkv": sn["usage"], "usage_none": no["usage"]}
                 runs.append(row)
+                if row["errors"]:
+                    raise RuntimeError(f"rep {rep} n={n}: {row['errors']}")
                 c.log(f"rep {rep} n={n}: snapkv {row['snapkv_ms_metric']:.1f} ms of prefill "
                       f"{row['prefill_ms_snapkv']:.0f} ms (share {row['share_metric']}); "
                       f"none prefill {row['prefill_ms_none']:.0f} ms")
@@ -146,15 +149,15 @@ def main():
     ap.add_argument("--kv-cache-memory", default="2GiB")
     ap.add_argument("--memory-n", type=int, default=None)
     args = ap.parse_args()
-    lengths = [2048, 4096, 8192] if args.full else [1024, 2048]
-    mem_n = args.memory_n or (8192 if args.full else 2048)
+    lengths = [2048, 4096, 8191] if args.full else [1024, 2048]
+    mem_n = args.memory_n or (8191 if args.full else 2048)
     config = {"mode": "full" if args.full else "quick", "prompt_tokens": lengths,
               "repeats": args.repeats, "snapkv_capacity": args.capacity, "window": "server default",
               "kv_cache_memory": args.kv_cache_memory, "memory_prompt_tokens": mem_n,
               "server_threads": args.threads, "model": str(c.model_path())}
     if not args.full:
         config["note"] = ("quick run: n {1024, 2048} and memory at n=2048; --full runs n "
-                          "{2048, 4096, 8192} and memory at n=8192")
+                          "{2048, 4096, 8191} and memory at n=8191")
     machine = c.machine_info(args.threads)
     machine["load_avg_start"] = os.getloadavg()
     info, runs, summary, kvrows = timing(args, lengths, args.repeats)

@@ -51,6 +51,17 @@ def run_cell(server, conc, n, max_new, method, capacity, rep):
     t1 = max(r["t1"] for r in results)
     tokens = sum(sum(r["ntok"]) for r in results)
     gaps = [g for r in results for g in c.inter_token_gaps(r)]
+    # Steady phase: every request of the cell has its first token and none has
+    # finished, so each gap is one decode step of the whole batch with no
+    # prefill slice in it (the roofline's step time).
+    started = [r["arrivals"] for r in results if r["arrivals"]]
+    steady = []
+    if len(started) == len(results):
+        t_all, t_done = max(a[0] for a in started), min(a[-1] for a in started)
+        for r in results:
+            a, k = r["arrivals"], r["ntok"]
+            steady += [(a[i] - a[i - 1]) / max(1, k[i]) for i in range(1, len(a))
+                       if a[i - 1] >= t_all and a[i] <= t_done]
     ttft = [(r["arrivals"][0] - r["t0"]) for r in results if r["arrivals"]]
     usages = [c.usage_dict(r["usage"]) for r in results]
     return {
@@ -59,6 +70,8 @@ def run_cell(server, conc, n, max_new, method, capacity, rep):
         "tokens_per_s": tokens / (t1 - t0) if t1 > t0 else None,
         "itl_p50_ms": 1e3 * c.percentile(gaps, 50) if gaps else None,
         "itl_p99_ms": 1e3 * c.percentile(gaps, 99) if gaps else None,
+        "steady_itl_p50_ms": 1e3 * c.percentile(steady, 50) if steady else None,
+        "steady_gaps": len(steady),
         "ttft_p50_ms": 1e3 * c.percentile(ttft, 50) if ttft else None,
         "errors": errors,
         "kv_kept_entries": [u["kv_kept_entries"] for u in usages if u],
@@ -204,12 +217,20 @@ def main():
     ap.add_argument("--obs-requests", type=int, default=0,
                     help="requests sent at once (0: the larger computed count + 2)")
     ap.add_argument("--skip-observe", action="store_true")
+    ints = lambda v: [int(x) for x in v.split(",")]  # noqa: E731
+    ap.add_argument("--concurrency", type=ints, default=None, help="override, e.g. 16")
+    ap.add_argument("--lengths", type=ints, default=None, help="override, e.g. 512,4096")
+    ap.add_argument("--max-new", type=int, default=None, help="override new tokens per request")
+    ap.add_argument("--out", default="engine_throughput.json", help="file under bench/results/")
     args = ap.parse_args()
 
     if args.full:
         concs, lengths, max_new, repeats = [1, 4, 16], [512, 4096], 128, args.repeats or 3
     else:
         concs, lengths, max_new, repeats = [1, 4], [1024], 32, args.repeats or 3
+    concs = args.concurrency or concs
+    lengths = args.lengths or lengths
+    max_new = args.max_new or max_new
     methods = ["none", "snapkv"]
     config = {"mode": "full" if args.full else "quick", "concurrency": concs,
               "prompt_tokens": lengths, "max_new_tokens": max_new, "repeats": repeats,
@@ -271,6 +292,8 @@ def main():
                       (conc, n, m)]
                 med = {k: c.median([x[k] for x in rs]) for k in
                        ("tokens_per_s", "itl_p50_ms", "itl_p99_ms", "ttft_p50_ms", "wall_s")}
+                steady = [x["steady_itl_p50_ms"] for x in rs if x.get("steady_itl_p50_ms")]
+                med["steady_itl_p50_ms"] = c.median(steady) if steady else None
                 med["errors"] = sum(len(x["errors"]) for x in rs)
                 med["kv_kept_entries"] = rs[0]["kv_kept_entries"][:1] if rs else None
                 row[m] = med
@@ -294,7 +317,10 @@ def main():
         for conc in sorted({min(concs), max(concs)}):
             for m in methods:
                 row = next(r for r in summary if (r["concurrency"], r["prompt_tokens"]) == (conc, n))
-                itl = row[m]["itl_p50_ms"]
+                # The steady-phase step when there was one (all of the batch decoding,
+                # no prefill slice in between); else the median gap of the cell.
+                itl = row[m]["steady_itl_p50_ms"] or row[m]["itl_p50_ms"]
+                source = "steady" if row[m]["steady_itl_p50_ms"] else "all gaps"
                 kept = (row[m]["kv_kept_entries"] or [min(n, args.capacity) if m == "snapkv" else n])[0]
                 kv = conc * (kept + max_new / 2) * kv_bytes_per_entry
                 if itl and wbytes:
@@ -302,6 +328,7 @@ def main():
                     gbs = moved / (itl / 1e3) / 1e9
                     roof["points"].append({
                         "batch": conc, "prompt_tokens": n, "method": m, "step_ms": itl,
+                        "step_time_source": source,
                         "weight_bytes": wbytes, "kv_bytes": kv, "bytes_per_step": moved,
                         "effective_gb_per_s": gbs,
                         "fraction_of_measured_bandwidth": gbs / bw["gb_per_s_best"],
@@ -318,7 +345,7 @@ def main():
             payload["capacity_observed"] = {"error": repr(e)}
     machine["load_avg_end"] = os.getloadavg()
 
-    png = c.RESULTS / "engine_throughput.png"
+    png = c.RESULTS / (pathlib.Path(args.out).stem + ".png")
     if c.have_matplotlib():
         try:
             c.RESULTS.mkdir(parents=True, exist_ok=True)
@@ -328,7 +355,7 @@ def main():
             payload["png"] = f"not written: {e!r}"
     else:
         payload["png"] = "not written: matplotlib is not importable"
-    c.write_json("engine_throughput.json", payload)
+    c.write_json(args.out, payload)
 
 
 def summary_cells(summary, methods):

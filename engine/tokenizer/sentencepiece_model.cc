@@ -130,8 +130,8 @@ void SentencePieceModel::Encode(std::string_view text, std::vector<int32_t>* ids
   // A first guess of one id per byte is never too small for byte-fallback
   // models; the module says when it is and the call is repeated.
   std::vector<int> out(text.size() + 8);
-  long n = Api().encode(handle_, text.data(), text.size(), out.data(), out.size());
-  if (n > static_cast<long>(out.size())) {
+  int64_t n = Api().encode(handle_, text.data(), text.size(), out.data(), out.size());
+  if (n > static_cast<int64_t>(out.size())) {
     out.resize(static_cast<size_t>(n));
     n = Api().encode(handle_, text.data(), text.size(), out.data(), out.size());
   }

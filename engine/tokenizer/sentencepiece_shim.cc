@@ -55,7 +55,9 @@ __attribute__((visibility("default"))) int snapserve_spm_size(void* handle) {
 __attribute__((visibility("default"))) size_t snapserve_spm_piece(void* handle, int id, char* out,
                                                                   size_t cap) {
   const std::string& piece = Sp(handle)->IdToPiece(id);
-  std::memcpy(out, piece.data(), std::min(piece.size(), cap));
+  // A length-delimited copy, not a C string: pieces may hold any byte.
+  std::memcpy(out, piece.data(),  // NOLINT(bugprone-not-null-terminated-result)
+              std::min(piece.size(), cap));
   return piece.size();
 }
 
@@ -78,13 +80,14 @@ __attribute__((visibility("default"))) int snapserve_spm_eos_id(void* handle) {
   return Sp(handle)->eos_id();
 }
 
-__attribute__((visibility("default"))) long snapserve_spm_encode(void* handle, const char* text,
-                                                                 size_t len, int* out, size_t cap) {
+__attribute__((visibility("default"))) int64_t snapserve_spm_encode(void* handle, const char* text,
+                                                                    size_t len, int* out,
+                                                                    size_t cap) {
   try {
     std::vector<int> ids;
     if (!Sp(handle)->Encode(std::string_view(text, len), &ids).ok()) return -1;
     std::copy_n(ids.begin(), std::min(ids.size(), cap), out);
-    return static_cast<long>(ids.size());
+    return static_cast<int64_t>(ids.size());
   } catch (const std::exception&) {
     return -1;
   }

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
 
 extern "C" {
 
@@ -40,8 +41,8 @@ using SnapserveSpmPieceToIdFn = int (*)(void* handle, const char* piece, size_t 
 using SnapserveSpmSpecialIdFn = int (*)(void* handle);
 // Encodes text; writes up to `cap` ids to `out` and returns how many there are
 // (call again with a larger buffer when that exceeds cap), or -1 on failure.
-using SnapserveSpmEncodeFn = long (*)(void* handle, const char* text, size_t len, int* out,
-                                      size_t cap);
+using SnapserveSpmEncodeFn = int64_t (*)(void* handle, const char* text, size_t len, int* out,
+                                         size_t cap);
 
 // Exported names, looked up with dlsym.
 inline constexpr const char* kSnapserveSpmSymbols[] = {

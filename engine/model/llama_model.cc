@@ -8,6 +8,11 @@
 
 namespace snapserve::model {
 
+namespace {
+// Prompt rows per MLP slice during prefill (see ContinuePrefill).
+constexpr int64_t kPrefillMlpRows = 1024;
+}  // namespace
+
 LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType dtype,
                        at::Device device)
     : config_(std::move(config)),
@@ -109,7 +114,13 @@ bool LlamaModel::ContinuePrefill(PrefillState& st, KvStore& store, int64_t max_l
                                                        scale);  // [H, n, D]
     store.StorePrefillLayer(st.seq, i, q, k, v);
     h = h + Linear(attn.transpose(0, 1).reshape({n, H * D}), l.o_proj);
-    h = h + Mlp(l, RmsNorm(h, l.mlp_norm));
+    // The MLP is row-wise: over long prompts it runs on slices of rows so its
+    // [rows, 2 * intermediate] buffers stay small (96 MiB each at 8K tokens
+    // otherwise, several alive at once), in place on the fresh residual.
+    for (int64_t r = 0; r < n; r += kPrefillMlpRows) {
+      at::Tensor rows = h.narrow(0, r, std::min(kPrefillMlpRows, n - r));
+      rows.add_(Mlp(l, RmsNorm(rows, l.mlp_norm)));
+    }
   }
   st.next_layer = end;
   return end == config_.num_layers;

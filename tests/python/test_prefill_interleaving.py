@@ -12,6 +12,7 @@ A waits for B's whole prefill and gets at most a step or two in that window.
 B's own greedy token is the same either way, and a deadline that passes in
 the middle of B's prefill frees its blocks.
 """
+import contextlib
 import pathlib
 import threading
 import time
@@ -77,20 +78,28 @@ def _long_request(pb2, stub, rid, **kw):
         stopping=pb2.StoppingCriteria(max_new_tokens=1, ignore_eos=True), **kw)
 
 
-def _overlap(server, pb):
-    """Returns (tokens A got while B ran, B's response)."""
+@contextlib.contextmanager
+def _long_request_beside_running_stream(server, pb, rid):
+    """Yields (stub, B's long-prompt request, A already streaming); A is
+    cancelled on exit."""
     pb2, pb2_grpc = pb
     with grpc.insecure_channel(server.target) as ch:
         stub = pb2_grpc.GenerationStub(ch)
-        request = _long_request(pb2, stub, "long-b")
+        request = _long_request(pb2, stub, rid)
         a = RunningStream(stub, pb2)
         try:
             a.wait_started()
-            t0 = time.monotonic()
-            b = stub.Generate(request, timeout=600)
-            t1 = time.monotonic()
+            yield stub, request, a
         finally:
             a.stop()
+
+
+def _overlap(server, pb):
+    """Returns (tokens A got while B ran, B's response)."""
+    with _long_request_beside_running_stream(server, pb, "long-b") as (stub, request, a):
+        t0 = time.monotonic()
+        b = stub.Generate(request, timeout=600)
+        t1 = time.monotonic()
     return a.tokens_between(t0, t1), b
 
 
@@ -116,24 +125,16 @@ def test_running_stream_keeps_decoding_during_a_long_prefill(servers, pb):
 
 @pytest.mark.slow
 def test_deadline_in_the_middle_of_a_sliced_prefill_frees_blocks(servers, pb):
-    pb2, pb2_grpc = pb
     server = servers[CHUNK]
     total = _metric(server.metrics_port, "snapserve_kv_cache_blocks_free")
-    with grpc.insecure_channel(server.target) as ch:
-        stub = pb2_grpc.GenerationStub(ch)
-        request = _long_request(pb2, stub, "late-b")
-        a = RunningStream(stub, pb2)
-        try:
-            a.wait_started()
-            t0 = time.monotonic()
-            with pytest.raises(grpc.RpcError) as err:
-                stub.Generate(request, timeout=2.0)  # B's sliced prefill takes far longer
-            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            # A kept going while B was being prefilled and after B ended.
-            time.sleep(1.0)
-            assert a.tokens_between(t0, time.monotonic()) >= 2
-        finally:
-            a.stop()
+    with _long_request_beside_running_stream(server, pb, "late-b") as (stub, request, a):
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Generate(request, timeout=2.0)  # B's sliced prefill takes far longer
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # A kept going while B was being prefilled and after B ended.
+        time.sleep(1.0)
+        assert a.tokens_between(t0, time.monotonic()) >= 2
     end = time.monotonic() + 10
     while _metric(server.metrics_port, "snapserve_kv_cache_blocks_free") != total:
         assert time.monotonic() < end, "blocks not freed after the deadline and the cancel"

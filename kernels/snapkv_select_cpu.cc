@@ -4,11 +4,15 @@
 // Every score is computed with plain float32 loops in a fixed order rather than
 // with BLAS: a BLAS kernel may round a column differently depending on where it
 // falls in a tile, and then two identical keys would no longer tie exactly, so
-// "ties keep the lower position" would depend on the matrix size. The inner
-// loops run over contiguous positions and vectorize without reassociation.
-// The CUDA path (snapkv_select_cuda.cu) follows the same order of operations.
+// "ties keep the lower position" would depend on the matrix size. Each Q·Kᵀ
+// entry is the same mul-then-add chain over the head dimension on every path
+// (portable, AVX2 in snapkv_select_cpu_avx2.cc, CUDA in snapkv_select_cuda.cu),
+// so identical keys always get identical logits. The softmax exp and the order
+// of its denominator's sum differ between paths by a few ulp; that moves no
+// exact tie (equal logits give equal probabilities on any one path).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
@@ -19,14 +23,11 @@
 #include <vector>
 
 #include "kernels/snapkv_select.h"
+#include "kernels/snapkv_select_cpu_avx2.h"
 
 namespace snapserve::kernels::detail {
 
 namespace {
-
-// Positions per tile of the Q·Kᵀ loop: the [head_dim, tile] slice of Kᵀ stays
-// in L2 while every window row of the head walks over it.
-constexpr int64_t kKeyTile = 512;
 
 // Maps a score to an unsigned key whose order is the float order, with NaN
 // below everything and -0 equal to +0, so that top-k is a plain integer
@@ -39,18 +40,9 @@ uint32_t order_key(float s) {
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
-// out[j] += a * x[j]. Written as fixed 16-wide blocks on restrict pointers so
-// that GCC's -O2 vectorizer (which refuses loops needing alias checks or an
-// epilogue) takes it; every element still sees the same mul-then-add.
-void axpy(float a, const float* __restrict x, float* __restrict out, int64_t len) {
-  int64_t j = 0;
-  for (; j + 16 <= len; j += 16) {
-    for (int64_t t = 0; t < 16; ++t) out[j + t] += a * x[j + t];
-  }
-  for (; j < len; ++j) out[j] += a * x[j];
-}
-
-// out[j] += x[j] / divisor, blocked as axpy.
+// out[j] += x[j] / divisor. Written as fixed 16-wide blocks on restrict
+// pointers so that GCC's -O2 vectorizer (which refuses loops needing alias
+// checks or an epilogue) takes it.
 void add_divided(const float* __restrict x, float divisor, float* __restrict out, int64_t len) {
   int64_t j = 0;
   for (; j + 16 <= len; j += 16) {
@@ -59,37 +51,81 @@ void add_divided(const float* __restrict x, float divisor, float* __restrict out
   for (; j < len; ++j) out[j] += x[j] / divisor;
 }
 
-// Steps 3-4 for one query head: score[j] = sum over window rows i of
-// softmax(q_i·K/√d)[j] for j < n-w, with row i seeing keys 0 .. n-w+i.
-//   q:      [w, d]   float32
-//   keys_t: [d, n]   float32 (Kᵀ of the head's KV head)
-//   logits: [w, n]   scratch
-//   score:  [n-w]    output
-void head_scores(const float* q, const float* keys_t, int64_t w, int64_t n, int64_t d, float scale,
-                 float* logits, float* score) {
-  const int64_t prefix = n - w;
-  for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
-    const int64_t jn = std::min(kKeyTile, n - j0);
-    for (int64_t i = 0; i < w; ++i) {
-      float* row = logits + i * n + j0;
-      std::fill(row, row + jn, 0.0f);
-      for (int64_t dd = 0; dd < d; ++dd) axpy(q[i * d + dd], keys_t + dd * n + j0, row, jn);
+// ---- Q·Kᵀ of the window rows --------------------------------------------
+// logits[i][j] = sum over dd in order of q[i][dd] * K[j][dd], each product
+// rounded, then added (never fused): the same value on every path here and in
+// the CUDA kernel (__fmul_rn / __fadd_rn).
+//
+// Keys arrive packed in tiles of kTileKeys positions, [n_tiles, d, kTileKeys]
+// (zero past n): one tile is 4 KiB at d = 64, read contiguously. A plain
+// [d, n] transpose would put a tile's d rows n*4 bytes apart, which for n a
+// multiple of 1024 all land in one L1 set and evict each other.
+//   q:      [w, d]                    float32
+//   packed: [n_tiles, d, kTileKeys]   float32
+//   logits: [w, n_tiles * kTileKeys]  output (columns >= n are junk)
+using avx2::kTileKeys;
+
+// Rows [0, rows) by one key tile, any CPU.
+void dot_tile_portable(const float* q, const float* tile, int64_t rows, int64_t d, int64_t stride,
+                       float* logits) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float acc[kTileKeys] = {};
+    for (int64_t dd = 0; dd < d; ++dd) {
+      const float qv = q[r * d + dd];
+      for (int64_t l = 0; l < kTileKeys; ++l) acc[l] += qv * tile[dd * kTileKeys + l];
+    }
+    std::memcpy(logits + r * stride, acc, sizeof(acc));
+  }
+}
+
+void window_logits(const float* q, const float* packed, int64_t w, int64_t n_tiles, int64_t d,
+                   float* logits) {
+  const int64_t stride = n_tiles * kTileKeys;
+  const bool simd = avx2::cpu_has_avx2();
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const float* tile = packed + t * d * kTileKeys;
+    float* out = logits + t * kTileKeys;
+    if (simd) {
+      avx2::dot_rows(q, tile, w, d, stride, out);
+    } else {
+      dot_tile_portable(q, tile, w, d, stride, out);
     }
   }
+}
+
+// Scales row[0, len) by `scale`, replaces it with exp(x − max) and returns
+// their sum (the unnormalized softmax of one window row).
+float softmax_numerators(float* row, int64_t len, float scale) {
+  if (avx2::cpu_has_avx2()) return avx2::softmax_numerators(row, len, scale);
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < len; ++j) {
+    row[j] *= scale;
+    max_logit = std::max(max_logit, row[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < len; ++j) {
+    row[j] = std::exp(row[j] - max_logit);
+    sum += row[j];
+  }
+  return sum;
+}
+
+// Steps 3-4 for one query head: score[j] = sum over window rows i of
+// softmax(q_i·K/√d)[j] for j < n-w, with row i seeing keys 0 .. n-w+i.
+//   q:      [w, d]                    float32
+//   packed: [n_tiles, d, kTileKeys]   float32 (the head's KV head, see above)
+//   logits: [w, n_tiles * kTileKeys]  scratch
+//   score:  [n-w]                     output
+void head_scores(const float* q, const float* packed, int64_t w, int64_t n, int64_t d, float scale,
+                 float* logits, float* score) {
+  const int64_t prefix = n - w;
+  const int64_t n_tiles = (n + kTileKeys - 1) / kTileKeys;
+  window_logits(q, packed, w, n_tiles, d, logits);
   std::fill(score, score + prefix, 0.0f);
   for (int64_t i = 0; i < w; ++i) {
-    float* row = logits + i * n;
+    float* row = logits + i * n_tiles * kTileKeys;
     const int64_t visible = prefix + i + 1;  // causal inside the window
-    float max_logit = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < visible; ++j) {
-      row[j] *= scale;
-      max_logit = std::max(max_logit, row[j]);
-    }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < visible; ++j) {
-      row[j] = std::exp(row[j] - max_logit);
-      sum += row[j];
-    }
+    const float sum = softmax_numerators(row, visible, scale);
     // Only prefix columns are scored; the window itself is always kept.
     add_divided(row, sum, score, prefix);
   }
@@ -161,20 +197,26 @@ at::Tensor snapkv_select_cpu(const at::Tensor& q_window, const at::Tensor& keys,
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
 
   const at::Tensor q = q_window.to(at::kFloat).contiguous();
-  const at::Tensor keys_t = keys.to(at::kFloat).transpose(1, 2).contiguous();  // [Hkv, d, n]
+  const int64_t n_tiles = (n + kTileKeys - 1) / kTileKeys;
+  // [Hkv, n, d] -> zero-padded [Hkv, n_tiles * kTileKeys, d] -> [Hkv, n_tiles, d, kTileKeys]
+  const at::Tensor packed =
+      at::constant_pad_nd(keys.to(at::kFloat), {0, 0, 0, n_tiles * kTileKeys - n})
+          .view({num_kv_heads, n_tiles, kTileKeys, d})
+          .transpose(2, 3)
+          .contiguous();
   at::Tensor head_score = at::empty({num_heads, prefix}, q.options());
   at::Tensor out = at::empty({num_kv_heads, params.capacity}, q.options().dtype(at::kLong));
 
   const float* q_ptr = q.data_ptr<float>();
-  const float* kt_ptr = keys_t.data_ptr<float>();
+  const float* packed_ptr = packed.data_ptr<float>();
   float* hs_ptr = head_score.data_ptr<float>();
   int64_t* out_ptr = out.data_ptr<int64_t>();
 
   at::parallel_for(0, num_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> logits(static_cast<size_t>(w * n));
+    std::vector<float> logits(static_cast<size_t>(w * n_tiles * kTileKeys));
     for (int64_t h = begin; h < end; ++h) {
-      head_scores(q_ptr + h * w * d, kt_ptr + (h / group) * d * n, w, n, d, scale, logits.data(),
-                  hs_ptr + h * prefix);
+      head_scores(q_ptr + h * w * d, packed_ptr + (h / group) * n_tiles * d * kTileKeys, w, n, d,
+                  scale, logits.data(), hs_ptr + h * prefix);
     }
   });
 

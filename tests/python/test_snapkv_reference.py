@@ -192,6 +192,24 @@ def test_duplicated_keys_tie_exactly(torch_ops, reduce, group):
         run_case(torch_ops, q, k, w, capacity, 3, "avg", reduce)
 
 
+@pytest.mark.parametrize("n", [300, 2051])
+def test_peaked_attention_underflows_like_libm(torch_ops, n):
+    """One key dominates every window row by > 200 logits: every other
+    probability underflows to exactly 0 in float32 on both sides (the C++
+    code's vector exp hands such lanes to libm), so the zero scores tie and the
+    kept prefix is the spike's pooled neighbourhood plus the lowest positions."""
+    w, d, capacity, spike = 8, 64, 64, 17
+    rng = np.random.default_rng(n)
+    k = rng.integers(-2, 3, size=(1, n, d)).astype(np.float32)
+    k[0, spike] = 30.0  # q·k = 1920, / sqrt(64) = 240 against |others| <= 16
+    q = torch.ones(1, w, d)
+    got, _ = run_case(torch_ops, q, torch.from_numpy(k), w, capacity, 7, "max",
+                      allow_near_ties=False)
+    neighbourhood = set(range(spike - 3, spike + 4))
+    zeros = [j for j in range(n - w) if j not in neighbourhood][: capacity - w - 7]
+    assert got.numpy()[0, : capacity - w].tolist() == sorted(neighbourhood | set(zeros))
+
+
 def test_hand_computed_case(torch_ops):
     """Same case as tests/unit/kernels/snapkv_select_test.cc (derivation there):
     d=1, one head, n=6; keys [0, 3, 0, 1, 2, 9], scale 1."""

@@ -3,13 +3,15 @@
 // Work is split over tiles of kTile weight rows. bfloat16 rows are first
 // widened to float32 into a small scratch buffer (bfloat16 is the top half of
 // a float32: a 16-bit shift); float32 rows are read in place. Each tile is
-// then dotted with every row of x, two x rows at a time, so each weight byte
-// comes from memory once per call whatever m is.
+// then dotted with every row of x, a few x rows at a time, so each weight
+// byte comes from memory once per call whatever m is.
 //
-// Every output element is the same sequence of operations — eight float32
-// lanes accumulated over K in order, the lanes summed in a fixed tree, then
-// the K % 8 tail — whichever tile shape or batch row it belongs to. That makes
-// a row's result independent of the batch it is computed in.
+// One instruction set serves the whole process: AVX-512 (linear_cpu_avx512.cc,
+// 16 lanes), else AVX2 + FMA (here, 8 lanes), else portable C++ (8 lanes).
+// Within it every output element is the same sequence of operations — the
+// lanes accumulated over K in order, summed in a fixed tree, then the K tail —
+// whichever tile shape or batch row it belongs to. That makes a row's result
+// independent of the batch it is computed in.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 
@@ -23,14 +25,15 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/cpu_isa.h"
 #include "kernels/linear.h"
+#include "kernels/linear_cpu_tiles.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kTile = 4;   // weight rows per tile
-constexpr int64_t kLanes = 8;  // float32 partial sums per dot product
+constexpr int64_t kLanes = 8;  // float32 partial sums per dot product (portable, AVX2)
 
 float widen(uint16_t b) {
   const uint32_t bits = static_cast<uint32_t>(b) << 16;
@@ -38,19 +41,6 @@ float widen(uint16_t b) {
   std::memcpy(&f, &bits, sizeof(f));
   return f;
 }
-
-// The K % kLanes tail of one dot product, added to the lane total.
-float add_tail(float total, const float* x, const float* w, int64_t from, int64_t k) {
-  for (int64_t j = from; j < k; ++j) total += x[j] * w[j];
-  return total;
-}
-
-// out [m, n_total] = x [m, k] · w [n_total, k]ᵀ
-struct Problem {
-  const float* x;
-  float* out;
-  int64_t m, k, n_total;
-};
 
 // ---- portable path (any CPU) -------------------------------------------
 float lane_sum(const float* p) {
@@ -166,21 +156,14 @@ SNAPSERVE_AVX2 void tile_avx2(const Problem& p, const float* const* wr, int64_t 
   }
 }
 
-bool cpu_has_avx2_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
 #endif
 
 // Output columns [n_begin, n_end): float32 weights are read in place,
 // bfloat16 weights widened a tile at a time into `scratch` [kTile * k].
 template <typename W>
 void run_columns(const Problem& p, const W* w, int64_t n_begin, int64_t n_end, float* scratch) {
-#if defined(__x86_64__)
-  const bool avx2 = cpu_has_avx2_fma();
-#else
-  const bool avx2 = false;
-#endif
+  const CpuIsa isa = cpu_isa();
+  const bool simd = isa != CpuIsa::kPortable;  // AVX2 at least: the widening uses it
   for (int64_t n0 = n_begin; n0 < n_end; n0 += kTile) {
     const int64_t rows = std::min(kTile, n_end - n0);
     const float* wr[kTile] = {};
@@ -190,7 +173,7 @@ void run_columns(const Problem& p, const W* w, int64_t n_begin, int64_t n_end, f
       } else {
         float* dst = scratch + r * p.k;
 #if defined(__x86_64__)
-        if (avx2) {
+        if (simd) {
           widen_rows_avx2(w + (n0 + r) * p.k, p.k, dst);
         } else {
           widen_rows_portable(w + (n0 + r) * p.k, p.k, dst);
@@ -201,8 +184,12 @@ void run_columns(const Problem& p, const W* w, int64_t n_begin, int64_t n_end, f
         wr[r] = dst;
       }
     }
+    if (isa == CpuIsa::kAvx512) {
+      tile_avx512(p, wr, rows, n0);
+      continue;
+    }
 #if defined(__x86_64__)
-    if (avx2) {
+    if (isa == CpuIsa::kAvx2) {
       tile_avx2(p, wr, rows, n0);
       continue;
     }

@@ -22,6 +22,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/snapkv_select.h"
 #include "kernels/snapkv_select_cpu_avx2.h"
 
@@ -81,7 +82,7 @@ void dot_tile_portable(const float* q, const float* tile, int64_t rows, int64_t 
 void window_logits(const float* q, const float* packed, int64_t w, int64_t n_tiles, int64_t d,
                    float* logits) {
   const int64_t stride = n_tiles * kTileKeys;
-  const bool simd = avx2::cpu_has_avx2();
+  const bool simd = cpu_isa() != CpuIsa::kPortable;
   for (int64_t t = 0; t < n_tiles; ++t) {
     const float* tile = packed + t * d * kTileKeys;
     float* out = logits + t * kTileKeys;
@@ -96,7 +97,7 @@ void window_logits(const float* q, const float* packed, int64_t w, int64_t n_til
 // Scales row[0, len) by `scale`, replaces it with exp(x − max) and returns
 // their sum (the unnormalized softmax of one window row).
 float softmax_numerators(float* row, int64_t len, float scale) {
-  if (avx2::cpu_has_avx2()) return avx2::softmax_numerators(row, len, scale);
+  if (cpu_isa() != CpuIsa::kPortable) return avx2::softmax_numerators(row, len, scale);
   float max_logit = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < len; ++j) {
     row[j] *= scale;

@@ -23,16 +23,19 @@ template <int R>
 SNAPSERVE_AVX2_NO_FMA void dot_tile_avx2(const float* q, const float* tile, int64_t d,
                                          int64_t stride, float* logits) {
   __m256 lo[R], hi[R];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
   for (int64_t dd = 0; dd < d; ++dd) {
     const __m256 k0 = _mm256_loadu_ps(tile + dd * kTileKeys);
     const __m256 k1 = _mm256_loadu_ps(tile + dd * kTileKeys + 8);
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m256 qv = _mm256_broadcast_ss(q + r * d + dd);
       lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(qv, k0));
       hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(qv, k1));
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     _mm256_storeu_ps(logits + r * stride, lo[r]);
     _mm256_storeu_ps(logits + r * stride + 8, hi[r]);
@@ -133,16 +136,11 @@ SNAPSERVE_AVX2_NO_FMA float softmax_numerators(float* row, int64_t len, float sc
   return sum;
 }
 
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
 }  // namespace snapserve::kernels::detail::avx2
 
-#else  // not x86-64: never called, cpu_has_avx2() is false
+#else  // not x86-64: cpu_isa() is kPortable, never called
 
 namespace snapserve::kernels::detail::avx2 {
-bool cpu_has_avx2() { return false; }
 void dot_rows(const float*, const float*, int64_t, int64_t, int64_t, float*) {}
 float softmax_numerators(float*, int64_t, float) { return 0.0f; }
 }  // namespace snapserve::kernels::detail::avx2

@@ -1,6 +1,6 @@
 // AVX2 pieces of the CPU SnapKV selection (snapkv_select_cpu.cc), compiled
 // with a function-level target attribute so the library still runs on CPUs
-// without AVX2 (the caller checks cpu_has_avx2() first). Internal to
+// without AVX2 (called only when cpu_isa() is kAvx2 or above). Internal to
 // kernels/: not for other callers.
 #pragma once
 
@@ -10,8 +10,6 @@ namespace snapserve::kernels::detail::avx2 {
 
 // Key tiles are kTileKeys positions wide; see snapkv_select_cpu.cc.
 constexpr int64_t kTileKeys = 16;
-
-bool cpu_has_avx2();
 
 // logits[i][0, kTileKeys) for all w window rows against one key tile.
 //   q:      [w, d]                    float32

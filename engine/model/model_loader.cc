@@ -8,6 +8,7 @@
 #include "engine/model/gguf_file.h"
 #include "engine/model/gguf_weights.h"
 #include "engine/model/llama_model.h"
+#include "kernels/cpu_isa.h"
 
 namespace snapserve::model {
 namespace {
@@ -54,13 +55,16 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::Sca
   auto weights = AssembleWeights(config, *source, dtype, device, log);
   if (!weights.ok()) return weights.status();
   try {
+    // Chosen here, at load time, so that a bad SNAPSERVE_CPU_ISA fails the
+    // start rather than the first request.
+    const char* isa = kernels::cpu_isa_name(kernels::cpu_isa());
     auto model =
         std::make_unique<LlamaModel>(std::move(config), std::move(weights).value(), dtype, device);
     if (log) {
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       char line[128];
-      std::snprintf(line, sizeof(line), "model ready in %.2f s", secs);
+      std::snprintf(line, sizeof(line), "model ready in %.2f s (CPU kernels: %s)", secs, isa);
       log(line);
     }
     return model;

@@ -1,5 +1,6 @@
 """The `snapserve` process as a platform would run it: health, reflection,
 metrics, flags and environment variables, clean SIGTERM. Real grpcio clients."""
+import os
 import signal
 import subprocess
 import time
@@ -60,6 +61,18 @@ def test_missing_model_fails_clearly(tmp_path):
                           "--metrics-port=0"], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "nope.gguf" in out.stdout + out.stderr
+
+
+def test_bad_cpu_isa_fails_the_start_and_a_cap_is_logged(start_server, model_path):
+    """SNAPSERVE_CPU_ISA (kernels/cpu_isa.h) is checked when the model loads,
+    not at the first request; a valid cap shows in the startup log."""
+    base = [str(SNAPSERVE), f"--model={model_path}", "--port=0", "--metrics-port=0"]
+    env = dict(os.environ, SNAPSERVE_CPU_ISA="sse9")
+    out = subprocess.run(base, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode != 0
+    assert "SNAPSERVE_CPU_ISA=sse9: expected portable, avx2 or avx512" in out.stdout + out.stderr
+    server = start_server([f"--model={model_path}"], env={"SNAPSERVE_CPU_ISA": "portable"})
+    assert "(CPU kernels: portable)" in server.logs()
 
 
 def test_health_reflection_metrics(start_server, model_path, pb):

@@ -1,0 +1,60 @@
+#include "kernels/cpu_isa.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <string_view>
+
+namespace snapserve::kernels {
+
+namespace {
+
+CpuIsa detect() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2 && __builtin_cpu_supports("avx512f")) return CpuIsa::kAvx512;
+  if (avx2) return CpuIsa::kAvx2;
+#endif
+  return CpuIsa::kPortable;
+}
+
+CpuIsa choose() {
+  const CpuIsa supported = detect();
+  const char* env = std::getenv("SNAPSERVE_CPU_ISA");
+  if (env == nullptr || *env == '\0') return supported;
+  const std::string_view want(env);
+  CpuIsa cap;
+  if (want == "portable") {
+    cap = CpuIsa::kPortable;
+  } else if (want == "avx2") {
+    cap = CpuIsa::kAvx2;
+  } else if (want == "avx512") {
+    cap = CpuIsa::kAvx512;
+  } else {
+    TORCH_CHECK(false, "SNAPSERVE_CPU_ISA=", want, ": expected portable, avx2 or avx512");
+  }
+  // A cap above what the CPU has would crash on an illegal instruction.
+  return static_cast<int>(cap) < static_cast<int>(supported) ? cap : supported;
+}
+
+}  // namespace
+
+CpuIsa cpu_isa() {
+  static const CpuIsa isa = choose();
+  return isa;
+}
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kPortable:
+      break;
+  }
+  return "portable";
+}
+
+}  // namespace snapserve::kernels

@@ -1,0 +1,34 @@
+// Internal to kernels/linear_cpu*.cc: the problem a tile kernel works on and
+// the SIMD tile kernels, one per instruction set. Not for other callers.
+//
+// A tile kernel computes output columns n0 .. n0 + rows - 1 (rows <= kTile)
+// for every x row. Whatever the tile shape, each output element is the same
+// fixed sequence for a given instruction set (lanes accumulated over K in
+// order, a fixed lane tree, then the K tail): linear_cpu.cc picks one
+// instruction set per process, so a row's result never depends on the batch.
+#pragma once
+
+#include <cstdint>
+
+namespace snapserve::kernels::cpu {
+
+inline constexpr int64_t kTile = 4;  // weight rows per tile
+
+// out [m, n_total] = x [m, k] · w [n_total, k]ᵀ
+struct Problem {
+  const float* x;
+  float* out;
+  int64_t m, k, n_total;
+};
+
+// The K tail of one dot product (from .. k-1), added to the lane total in order.
+inline float add_tail(float total, const float* x, const float* w, int64_t from, int64_t k) {
+  for (int64_t j = from; j < k; ++j) total += x[j] * w[j];
+  return total;
+}
+
+// AVX-512F: sixteen lanes, 4 x rows × 4 weight rows per register tile. Only
+// when cpu_isa() (kernels/cpu_isa.h) is kAvx512.
+void tile_avx512(const Problem& p, const float* const* wr, int64_t rows, int64_t n0);
+
+}  // namespace snapserve::kernels::cpu

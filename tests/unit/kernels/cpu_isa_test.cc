@@ -1,0 +1,46 @@
+// kernels/cpu_isa: the widest instruction set the CPU has, capped by
+// SNAPSERVE_CPU_ISA. tests/CMakeLists.txt runs this binary once per cap, so
+// this test also proves that those runs really take the narrower paths.
+#include "kernels/cpu_isa.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace snapserve::kernels {
+namespace {
+
+CpuIsa Supported() {
+#if defined(__x86_64__)
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2 && __builtin_cpu_supports("avx512f")) return CpuIsa::kAvx512;
+  if (avx2) return CpuIsa::kAvx2;
+#endif
+  return CpuIsa::kPortable;
+}
+
+TEST(CpuIsa, WidestSupportedUnderTheEnvironmentCap) {
+  const char* env = std::getenv("SNAPSERVE_CPU_ISA");
+  const CpuIsa supported = Supported();
+  if (env == nullptr || *env == '\0') {
+    EXPECT_EQ(cpu_isa(), supported);
+    return;
+  }
+  const std::string cap(env);
+  // The cap is honoured where the CPU has it; never above what the CPU has.
+  EXPECT_LE(static_cast<int>(cpu_isa()), static_cast<int>(supported));
+  if (cap == "portable" || (cap == "avx2" && supported != CpuIsa::kPortable) ||
+      (cap == "avx512" && supported == CpuIsa::kAvx512)) {
+    EXPECT_EQ(std::string(cpu_isa_name(cpu_isa())), cap);
+  }
+}
+
+TEST(CpuIsa, Names) {
+  EXPECT_STREQ(cpu_isa_name(CpuIsa::kPortable), "portable");
+  EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx2), "avx2");
+  EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx512), "avx512");
+}
+
+}  // namespace
+}  // namespace snapserve::kernels

@@ -348,10 +348,16 @@ class RssSampler:
 
 # --- machine -------------------------------------------------------------------
 
-def memory_bandwidth_gbs(size_mb=512, repeats=5):
-    """Copy bandwidth of one numpy copy of a large array: bytes read + written
-    per second (GB/s, 1e9), median of `repeats`. Single-threaded (numpy copy)."""
+def memory_bandwidth_gbs(size_mb=512, repeats=5, threads=0):
+    """The machine's memory bandwidth in GB/s (1e9), two probes over a
+    `size_mb` array, medians of `repeats`:
+    - numpy copyto: bytes read + written per second, one thread;
+    - torch sum of a float32 tensor: bytes read per second on `threads` threads
+      (0: all cores), which is what a decode step does: read weights and KV.
+    The roofline (`gb_per_s`, `gb_per_s_best`) is the faster of the two, so a
+    fraction of it never flatters a multi-threaded server."""
     import numpy as np
+    import torch
     n = size_mb * (1 << 20) // 8
     src = np.ones(n, dtype=np.float64)
     dst = np.empty_like(src)
@@ -361,11 +367,27 @@ def memory_bandwidth_gbs(size_mb=512, repeats=5):
         t0 = time.perf_counter()
         np.copyto(dst, src)
         times.append(time.perf_counter() - t0)
-    moved = 2 * src.nbytes
-    return {"method": f"numpy copyto of a {size_mb} MiB float64 array, (read+write bytes)/time, "
-                      f"median of {repeats}",
-            "gb_per_s": moved / statistics.median(times) / 1e9,
-            "gb_per_s_best": moved / min(times) / 1e9}
+    copy = {"median": 2 * src.nbytes / statistics.median(times) / 1e9,
+            "best": 2 * src.nbytes / min(times) / 1e9}
+    del src, dst
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+    t = torch.ones(size_mb * (1 << 20) // 4, dtype=torch.float32)
+    t.sum()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        t.sum()
+        times.append(time.perf_counter() - t0)
+    read = {"median": t.nbytes / statistics.median(times) / 1e9, "best": t.nbytes / min(times) / 1e9,
+            "threads": torch.get_num_threads()}
+    torch.set_num_threads(saved)
+    roof = max((copy, read), key=lambda x: x["best"])
+    return {"method": f"max of (numpy copyto of a {size_mb} MiB float64 array, (read+write "
+                      f"bytes)/time, 1 thread) and (torch sum of a {size_mb} MiB float32 tensor, "
+                      f"read bytes/time, {read['threads']} threads); medians and bests of {repeats}",
+            "copy_1thread_gb_per_s": copy["median"], "read_all_threads_gb_per_s": read["median"],
+            "gb_per_s": roof["median"], "gb_per_s_best": roof["best"]}
 
 
 def machine_info(server_threads=None):

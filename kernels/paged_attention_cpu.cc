@@ -7,12 +7,18 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu_isa.h"
+#include "kernels/exp_avx2.h"
 #include "kernels/paged_attention.h"
 
 namespace snapserve::kernels::cpu {
@@ -45,6 +51,78 @@ void axpy(float alpha, const float* __restrict x, float* __restrict y, int64_t n
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// s[t] = exp(s[t] - max) for t < n; returns their sum in order.
+float exp_and_sum(float* s, int64_t n, float max) {
+  float sum = 0.f;
+  for (int64_t t = 0; t < n; ++t) {
+    s[t] = std::exp(s[t] - max);
+    sum += s[t];
+  }
+  return sum;
+}
+
+#if defined(__x86_64__)
+// AVX2 + FMA versions of the three inner loops (used when cpu_isa() allows).
+#define SNAPSERVE_AVX2 __attribute__((target("avx2,fma")))
+
+SNAPSERVE_AVX2 float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+SNAPSERVE_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0;  // two chains hide the FMA latency
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  }
+  for (; i + 8 <= n; i += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float s = hsum(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+SNAPSERVE_AVX2 void axpy_avx2(float alpha, const float* __restrict x, float* __restrict y,
+                              int64_t n) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+SNAPSERVE_AVX2 float exp_and_sum_avx2(float* s, int64_t n, float max) {
+  const __m256 vm = _mm256_set1_ps(max);
+  __m256 vsum = _mm256_setzero_ps();
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 e = simd::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+    _mm256_storeu_ps(s + t, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  return hsum(vsum) + exp_and_sum(s + t, n - t, max);
+}
+#endif
+
+// The inner loops of one (sequence, KV head) pair, portable or AVX2.
+struct InnerLoops {
+  float (*dot)(const float*, const float*, int64_t);
+  void (*axpy)(float, const float* __restrict, float* __restrict, int64_t);
+  float (*exp_and_sum)(float*, int64_t, float);
+};
+
+InnerLoops inner_loops() {
+#if defined(__x86_64__)
+  if (cpu_isa() != CpuIsa::kPortable) return {dot_avx2, axpy_avx2, exp_and_sum_avx2};
+#endif
+  return {dot, axpy, exp_and_sum};
+}
+
 // T: the cache's element type; Q: the query's and output's (T or float).
 template <typename T, typename Q>
 void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& value_cache,
@@ -65,6 +143,7 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
   const int32_t* lens = context_lens.data_ptr<int32_t>();
   Q* out_ptr = out.data_ptr<Q>();
   constexpr bool kIsFloat = std::is_same_v<T, float>;
+  const InnerLoops loops = inner_loops();
 
   at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
     // Per-thread scratch, reused across the (sequence, head) pairs it handles.
@@ -104,7 +183,7 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
           float* s = scores.data() + h * block_size;
           float block_max = -std::numeric_limits<float>::infinity();
           for (int64_t t = 0; t < n; ++t) {
-            s[t] = dot(qf.data() + h * head_dim, kb + t * head_dim, head_dim);
+            s[t] = loops.dot(qf.data() + h * head_dim, kb + t * head_dim, head_dim);
             block_max = std::max(block_max, s[t]);
           }
           const float new_max = std::max(run_max[h], block_max);
@@ -114,14 +193,9 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
           if (rescale != 1.f) {
             for (int64_t j = 0; j < head_dim; ++j) a[j] *= rescale;
           }
-          float sum = run_sum[h] * rescale;
-          for (int64_t t = 0; t < n; ++t) {
-            s[t] = std::exp(s[t] - new_max);
-            sum += s[t];
-          }
-          run_sum[h] = sum;
+          run_sum[h] = run_sum[h] * rescale + loops.exp_and_sum(s, n, new_max);
           run_max[h] = new_max;
-          for (int64_t t = 0; t < n; ++t) axpy(s[t], vb + t * head_dim, a, head_dim);
+          for (int64_t t = 0; t < n; ++t) loops.axpy(s[t], vb + t * head_dim, a, head_dim);
         }
       }
 

@@ -2,6 +2,8 @@
 // for the order of operations they must keep, snapkv_select_cpu.cc.
 #include "kernels/snapkv_select_cpu_avx2.h"
 
+#include "kernels/exp_avx2.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -40,28 +42,6 @@ SNAPSERVE_AVX2_NO_FMA void dot_tile_avx2(const float* q, const float* tile, int6
     _mm256_storeu_ps(logits + r * stride, lo[r]);
     _mm256_storeu_ps(logits + r * stride + 8, hi[r]);
   }
-}
-
-// exp(x) for x in [-87, 88]: 2^n · p(r) with n = round(x·log2 e) and
-// r = x − n·ln 2 (in two parts), p a degree-6 polynomial: within 2 ulp of
-// libm, well inside the reference test's tolerance. Lanes outside the range
-// (where libm gives denormals, 0, inf or NaN) are recomputed with std::exp,
-// so those cases, and therefore exact-zero scores, match libm.
-SNAPSERVE_AVX2_NO_FMA __m256 exp_avx2(__m256 x) {
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
-  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
 }  // namespace
@@ -107,22 +87,10 @@ SNAPSERVE_AVX2_NO_FMA float softmax_numerators(float* row, int64_t len, float sc
     max_logit = std::max(max_logit, row[j]);
   }
   const __m256 vm = _mm256_set1_ps(max_logit);
-  const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(88.0f);
   __m256 vsum = _mm256_setzero_ps();
   for (int64_t j = 0; j < len8; j += 8) {
     const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(row + j), vm);
-    __m256 e = exp_avx2(x);
-    const __m256 in_range =
-        _mm256_and_ps(_mm256_cmp_ps(x, lo, _CMP_GE_OQ), _mm256_cmp_ps(x, hi, _CMP_LE_OQ));
-    if (_mm256_movemask_ps(in_range) != 0xFF) {
-      float xs[8], es[8];
-      _mm256_storeu_ps(xs, x);
-      _mm256_storeu_ps(es, e);
-      for (int l = 0; l < 8; ++l) {
-        if (!(xs[l] >= -87.0f && xs[l] <= 88.0f)) es[l] = std::exp(xs[l]);
-      }
-      e = _mm256_loadu_ps(es);
-    }
+    const __m256 e = simd::exp_avx2(x);
     _mm256_storeu_ps(row + j, e);
     vsum = _mm256_add_ps(vsum, e);
   }

@@ -14,8 +14,9 @@
 #include <immintrin.h>
 
 // GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
-// masked builtins, which -Wuninitialized reports at every inlined use.
+// masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace snapserve::kernels::cpu {
 
@@ -27,8 +28,7 @@ constexpr int64_t kLanes = 16;
 
 SNAPSERVE_AVX512 inline float lane_sum(__m512 v) {
   const __m256 lo = _mm512_castps512_ps256(v);
-  // Lanes 8..15 moved down (shuffle rather than extractf64x4, whose GCC 12
-  // header trips -Wuninitialized).
+  // Lanes 8..15 moved down to 0..7.
   const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE));
   const __m256 s8 = _mm256_add_ps(lo, hi);
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));

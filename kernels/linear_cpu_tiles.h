@@ -28,7 +28,9 @@ inline float add_tail(float total, const float* x, const float* w, int64_t from,
 }
 
 // AVX-512F: sixteen lanes, 4 x rows × 4 weight rows per register tile. Only
-// when cpu_isa() (kernels/cpu_isa.h) is kAvx512.
-void tile_avx512(const Problem& p, const float* const* wr, int64_t rows, int64_t n0);
+// when cpu_isa() (kernels/cpu_isa.h) is kAvx512. `next`: kTile rows of
+// a tile computed later, prefetched meanwhile; nullptr for none.
+void tile_avx512(const Problem& p, const float* const* wr, int64_t rows, int64_t n0,
+                 const float* const* next);
 
 }  // namespace snapserve::kernels::cpu

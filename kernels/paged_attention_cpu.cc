@@ -2,14 +2,11 @@
 // that the H/G query heads sharing a KV head reuse each K/V row they load
 // (GQA). Each block of block_size entries is scored at once, then folded into
 // a running (max, sum, accumulator) triple: online softmax, so memory stays
-// O(block_size) per head whatever the context length.
+// O(block_size) per head whatever the context length. The per-block step is
+// in paged_attention_cpu_block.h (portable here, AVX2 in _avx2.cc).
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -18,8 +15,8 @@
 #include <vector>
 
 #include "kernels/cpu_isa.h"
-#include "kernels/exp_avx2.h"
 #include "kernels/paged_attention.h"
+#include "kernels/paged_attention_cpu_block.h"
 
 namespace snapserve::kernels::cpu {
 
@@ -61,67 +58,38 @@ float exp_and_sum(float* s, int64_t n, float max) {
   return sum;
 }
 
-#if defined(__x86_64__)
-// AVX2 + FMA versions of the three inner loops (used when cpu_isa() allows).
-#define SNAPSERVE_AVX2 __attribute__((target("avx2,fma")))
+}  // namespace
 
-SNAPSERVE_AVX2 float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+// The loops above, per block (the reference order the SIMD path restructures).
+void fold_block_portable(const HeadGroup& hg, const float* k, const float* v, int64_t n,
+                         float* scores, const float*, const float*) {
+  const int64_t D = hg.head_dim;
+  for (int64_t h = 0; h < hg.group; ++h) {
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int64_t t = 0; t < n; ++t) {
+      scores[t] = dot(hg.q + h * D, k + t * D, D);
+      block_max = std::max(block_max, scores[t]);
+    }
+    const float new_max = std::max(hg.run_max[h], block_max);
+    // exp(-inf) = 0 clears the empty state on the first block.
+    const float rescale = std::exp(hg.run_max[h] - new_max);
+    float* a = hg.acc + h * D;
+    if (rescale != 1.f) {
+      for (int64_t j = 0; j < D; ++j) a[j] *= rescale;
+    }
+    hg.run_sum[h] = hg.run_sum[h] * rescale + exp_and_sum(scores, n, new_max);
+    hg.run_max[h] = new_max;
+    for (int64_t t = 0; t < n; ++t) axpy(scores[t], v + t * D, a, D);
+  }
 }
 
-SNAPSERVE_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0;  // two chains hide the FMA latency
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-  }
-  for (; i + 8 <= n; i += 8) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-  }
-  float s = hsum(_mm256_add_ps(s0, s1));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
+namespace {
 
-SNAPSERVE_AVX2 void axpy_avx2(float alpha, const float* __restrict x, float* __restrict y,
-                              int64_t n) {
-  const __m256 va = _mm256_set1_ps(alpha);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  }
-  for (; i < n; ++i) y[i] += alpha * x[i];
-}
-
-SNAPSERVE_AVX2 float exp_and_sum_avx2(float* s, int64_t n, float max) {
-  const __m256 vm = _mm256_set1_ps(max);
-  __m256 vsum = _mm256_setzero_ps();
-  int64_t t = 0;
-  for (; t + 8 <= n; t += 8) {
-    const __m256 e = simd::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
-    _mm256_storeu_ps(s + t, e);
-    vsum = _mm256_add_ps(vsum, e);
-  }
-  return hsum(vsum) + exp_and_sum(s + t, n - t, max);
-}
-#endif
-
-// The inner loops of one (sequence, KV head) pair, portable or AVX2.
-struct InnerLoops {
-  float (*dot)(const float*, const float*, int64_t);
-  void (*axpy)(float, const float* __restrict, float* __restrict, int64_t);
-  float (*exp_and_sum)(float*, int64_t, float);
-};
-
-InnerLoops inner_loops() {
-#if defined(__x86_64__)
-  if (cpu_isa() != CpuIsa::kPortable) return {dot_avx2, axpy_avx2, exp_and_sum_avx2};
-#endif
-  return {dot, axpy, exp_and_sum};
+// One implementation per process (see kernels/cpu_isa.h); the SIMD one needs
+// head_dim a multiple of its 8 lanes.
+FoldBlockFn fold_block_for(int64_t head_dim) {
+  if (cpu_isa() != CpuIsa::kPortable && head_dim % 8 == 0) return fold_block_avx2;
+  return fold_block_portable;
 }
 
 // T: the cache's element type; Q: the query's and output's (T or float).
@@ -144,12 +112,12 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
   const int32_t* lens = context_lens.data_ptr<int32_t>();
   Q* out_ptr = out.data_ptr<Q>();
   constexpr bool kIsFloat = std::is_same_v<T, float>;
-  const InnerLoops loops = inner_loops();
+  const FoldBlockFn fold = fold_block_for(head_dim);
 
   at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
     // Per-thread scratch, reused across the (sequence, head) pairs it handles.
     std::vector<float> qf(group * head_dim), acc(group * head_dim);
-    std::vector<float> scores(group * block_size), run_max(group), run_sum(group);
+    std::vector<float> scores(score_scratch(block_size)), run_max(group), run_sum(group);
     std::vector<float> kbuf(kIsFloat ? 0 : block_size * head_dim);
     std::vector<float> vbuf(kIsFloat ? 0 : block_size * head_dim);
 
@@ -162,6 +130,7 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
       std::fill(acc.begin(), acc.end(), 0.f);
       std::fill(run_max.begin(), run_max.end(), -std::numeric_limits<float>::infinity());
       std::fill(run_sum.begin(), run_sum.end(), 0.f);
+      const HeadGroup hg{qf.data(), acc.data(), run_max.data(), run_sum.data(), group, head_dim};
 
       const int64_t num_blocks = (ctx + block_size - 1) / block_size;
       for (int64_t blk = 0; blk < num_blocks; ++blk) {
@@ -180,24 +149,18 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
           vb = vbuf.data();
         }
 
-        for (int64_t h = 0; h < group; ++h) {
-          float* s = scores.data() + h * block_size;
-          float block_max = -std::numeric_limits<float>::infinity();
-          for (int64_t t = 0; t < n; ++t) {
-            s[t] = loops.dot(qf.data() + h * head_dim, kb + t * head_dim, head_dim);
-            block_max = std::max(block_max, s[t]);
-          }
-          const float new_max = std::max(run_max[h], block_max);
-          // exp(-inf) = 0 clears the empty state on the first block.
-          const float rescale = std::exp(run_max[h] - new_max);
-          float* a = acc.data() + h * head_dim;
-          if (rescale != 1.f) {
-            for (int64_t j = 0; j < head_dim; ++j) a[j] *= rescale;
-          }
-          run_sum[h] = run_sum[h] * rescale + loops.exp_and_sum(s, n, new_max);
-          run_max[h] = new_max;
-          for (int64_t t = 0; t < n; ++t) loops.axpy(s[t], vb + t * head_dim, a, head_dim);
+        // The next block's rows, for the fold to prefetch (float32 caches:
+        // a widened copy is read from L1 anyway).
+        const T* next_k = nullptr;
+        const T* next_v = nullptr;
+        if (kIsFloat && blk + 1 < num_blocks) {
+          const int64_t ahead = (int64_t{tables[b * max_blocks + blk + 1]} * num_kv_heads + g) *
+                                block_size * head_dim;
+          next_k = k_ptr + ahead;
+          next_v = v_ptr + ahead;
         }
+        fold(hg, kb, vb, n, scores.data(), reinterpret_cast<const float*>(next_k),
+             reinterpret_cast<const float*>(next_v));
       }
 
       Q* ob = out_ptr + (b * num_heads + g * group) * head_dim;

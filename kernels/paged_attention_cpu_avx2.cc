@@ -1,0 +1,187 @@
+// AVX2 + FMA block step of the CPU paged decode attention
+// (paged_attention_cpu_block.h).
+//
+// A block's scores are computed eight entries at a time, one accumulator per
+// entry over head_dim (eight independent FMA chains), and the eight dot
+// products are then summed together across registers: seven vector adds for
+// eight scores, where one horizontal sum per score cost about as many each.
+// The output accumulator of a head stays in registers (64 floats at a time)
+// while the block's values are added into it, instead of being loaded and
+// stored once per entry.
+#include "kernels/paged_attention_cpu_block.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/exp_avx2.h"
+
+namespace snapserve::kernels::cpu {
+
+namespace {
+
+#define SNAPSERVE_AVX2 __attribute__((target("avx2,fma")))
+
+SNAPSERVE_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Prefetches `floats` floats from `p` into L2, a few cache lines per step()
+// over `steps` calls, so the next block arrives while this one computes.
+// Measured on 30 layers × batch 16 × 600 entries (442 MB, not cached):
+// none 28.5 ms, a burst of the whole block up front 28.5, spread into L1 26.7,
+// spread into L2 19.0 (two blocks ahead: the same).
+class SpreadPrefetch {
+ public:
+  SpreadPrefetch() = default;
+  SpreadPrefetch(const float* p, int64_t floats, int64_t steps)
+      : p_(reinterpret_cast<const char*>(p)),
+        end_(p_ + floats * static_cast<int64_t>(sizeof(float))),
+        per_step_((floats * static_cast<int64_t>(sizeof(float)) / 64 + steps - 1) / steps) {}
+  void step() {
+    for (int64_t i = 0; i < per_step_ && p_ < end_; ++i, p_ += 64) __builtin_prefetch(p_, 0, 2);
+  }
+
+ private:
+  const char* p_ = nullptr;
+  const char* end_ = nullptr;
+  int64_t per_step_ = 0;
+};
+
+// Lane i of the result: the sum of the lanes of a[i].
+SNAPSERVE_AVX2 inline __m256 sums_of_8(const __m256* a) {
+  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+  // Low 128 bits: a[0..3]'s lanes 0..3 summed; high: their lanes 4..7.
+  const __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                       _mm256_permute2f128_ps(h0123, h4567, 0x31));
+}
+
+// scores[t] = q · k[t] for t < n (up to 7 more slots written, not meaningful).
+SNAPSERVE_AVX2 void block_scores(const float* q, const float* k, int64_t n, int64_t head_dim,
+                                 float* scores, SpreadPrefetch& pf) {
+  for (int64_t t0 = 0; t0 < n; t0 += 8) {
+    const float* rows[8];
+    // Past the block's end a row repeats the last entry (no read beyond it).
+    for (int i = 0; i < 8; ++i) rows[i] = k + std::min<int64_t>(t0 + i, n - 1) * head_dim;
+    __m256 a[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      pf.step();
+      const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[i] + d), a[i]);
+    }
+    _mm256_storeu_ps(scores + t0, sums_of_8(a));
+  }
+}
+
+// s[t] = exp(s[t] - max) for t < n; returns their sum.
+SNAPSERVE_AVX2 float exp_and_sum(float* s, int64_t n, float max) {
+  const __m256 vm = _mm256_set1_ps(max);
+  __m256 vsum = _mm256_setzero_ps();
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 e = simd::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+    _mm256_storeu_ps(s + t, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = hsum(vsum);
+  for (; t < n; ++t) {
+    s[t] = std::exp(s[t] - max);
+    sum += s[t];
+  }
+  return sum;
+}
+
+// acc[0 .. 8R) = acc * rescale + Σ_t p[t] · v[t][0 .. 8R), accumulators in
+// registers over the whole block.
+template <int R>
+SNAPSERVE_AVX2 void accumulate_values(float* acc, float rescale, const float* p, const float* v,
+                                      int64_t n, int64_t head_dim, SpreadPrefetch& pf) {
+  __m256 a[R];
+  const __m256 vr = _mm256_set1_ps(rescale);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) a[r] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * r), vr);
+  for (int64_t t = 0; t < n; ++t) {
+    pf.step();
+    const __m256 pt = _mm256_broadcast_ss(p + t);
+    const float* row = v + t * head_dim;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) a[r] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(row + 8 * r), a[r]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + 8 * r, a[r]);
+}
+
+SNAPSERVE_AVX2 void accumulate_all_values(float* acc, float rescale, const float* p, const float* v,
+                                          int64_t n, int64_t head_dim, SpreadPrefetch& pf) {
+  int64_t d = 0;
+  for (; d + 64 <= head_dim; d += 64)
+    accumulate_values<8>(acc + d, rescale, p, v + d, n, head_dim, pf);
+  switch ((head_dim - d) / 8) {
+    case 7:
+      accumulate_values<7>(acc + d, rescale, p, v + d, n, head_dim, pf);
+      break;
+    case 6:
+      accumulate_values<6>(acc + d, rescale, p, v + d, n, head_dim, pf);
+      break;
+    case 5:
+      accumulate_values<5>(acc + d, rescale, p, v + d, n, head_dim, pf);
+      break;
+    case 4:
+      accumulate_values<4>(acc + d, rescale, p, v + d, n, head_dim, pf);
+      break;
+    case 3:
+      accumulate_values<3>(acc + d, rescale, p, v + d, n, head_dim, pf);
+      break;
+    case 2:
+      accumulate_values<2>(acc + d, rescale, p, v + d, n, head_dim, pf);
+      break;
+    case 1:
+      accumulate_values<1>(acc + d, rescale, p, v + d, n, head_dim, pf);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+SNAPSERVE_AVX2 void fold_block_avx2(const HeadGroup& hg, const float* k, const float* v, int64_t n,
+                                    float* scores, const float* next_k, const float* next_v) {
+  const int64_t D = hg.head_dim;
+  // The first head's passes prefetch the next block (n rows: a block with a
+  // successor is full).
+  SpreadPrefetch pf_k, pf_v, none;
+  if (next_k != nullptr) pf_k = SpreadPrefetch(next_k, n * D, (n + 7) / 8 * (D / 8));
+  if (next_v != nullptr) pf_v = SpreadPrefetch(next_v, n * D, n * ((D + 63) / 64));
+  for (int64_t h = 0; h < hg.group; ++h) {
+    block_scores(hg.q + h * D, k, n, D, scores, h == 0 ? pf_k : none);
+    const float block_max = *std::max_element(scores, scores + n);
+    const float new_max = std::max(hg.run_max[h], block_max);
+    // exp(-inf) = 0 clears the empty state on the first block.
+    const float rescale = std::exp(hg.run_max[h] - new_max);
+    hg.run_sum[h] = hg.run_sum[h] * rescale + exp_and_sum(scores, n, new_max);
+    hg.run_max[h] = new_max;
+    accumulate_all_values(hg.acc + h * D, rescale, scores, v, n, D, h == 0 ? pf_v : none);
+  }
+}
+
+}  // namespace snapserve::kernels::cpu
+
+#else  // not x86-64: cpu_isa() is always kPortable, this is never called
+
+namespace snapserve::kernels::cpu {
+void fold_block_avx2(const HeadGroup&, const float*, const float*, int64_t, float*, const float*,
+                     const float*) {}
+}  // namespace snapserve::kernels::cpu
+
+#endif

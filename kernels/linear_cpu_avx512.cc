@@ -76,7 +76,7 @@ SNAPSERVE_AVX512 inline __m512 lane_sums_4x4(const __m512* v) {
 // while earlier tiles compute.
 template <int MX, int NW>
 SNAPSERVE_AVX512 void block(const Problem& p, const float* const* wr, int64_t i0, int64_t n0,
-                            const float* const* next) {
+                            const float* const* next, int next_rows) {
   const int64_t k = p.k, k16 = k - k % kLanes;
   const float* x = p.x + i0 * k;
   __m512 acc[MX][NW];
@@ -86,10 +86,8 @@ SNAPSERVE_AVX512 void block(const Problem& p, const float* const* wr, int64_t i0
     for (int c = 0; c < NW; ++c) acc[r][c] = _mm512_setzero_ps();
   }
   for (int64_t j = 0; j < k16; j += kLanes) {
-    if (next != nullptr) {
-#pragma GCC unroll 4
-      for (int c = 0; c < kTile; ++c)
-        _mm_prefetch(reinterpret_cast<const char*>(next[c] + j), kPrefetchHint);
+    for (int c = 0; c < next_rows; ++c) {
+      _mm_prefetch(reinterpret_cast<const char*>(next[c] + j), kPrefetchHint);
     }
     __m512 wv[NW];
 #pragma GCC unroll 4
@@ -127,21 +125,31 @@ SNAPSERVE_AVX512 void block(const Problem& p, const float* const* wr, int64_t i0
   }
 }
 
-// The first x-row block prefetches the `next` tile (see block).
+// The prefetch of the `next` tile is shared out: with four or more x-row
+// blocks each of the first four prefetches one of its rows, else the first
+// block prefetches all four.
 template <int NW>
 SNAPSERVE_AVX512 void all_rows(const Problem& p, const float* const* wr, int64_t n0,
                                const float* const* next) {
+  const int64_t blocks = (p.m + 3) / 4;
+  auto rows_for = [&](int64_t b) -> int {
+    if (next == nullptr) return 0;
+    if (blocks >= kTile) return b < kTile ? 1 : 0;
+    return b == 0 ? static_cast<int>(kTile) : 0;
+  };
+  auto first_for = [&](int64_t b) { return blocks >= kTile && b < kTile ? next + b : next; };
   int64_t i = 0;
-  for (; i + 4 <= p.m; i += 4, next = nullptr) block<4, NW>(p, wr, i, n0, next);
+  for (; i + 4 <= p.m; i += 4) block<4, NW>(p, wr, i, n0, first_for(i / 4), rows_for(i / 4));
+  const int64_t b = i / 4;
   switch (p.m - i) {
     case 3:
-      block<3, NW>(p, wr, i, n0, next);
+      block<3, NW>(p, wr, i, n0, first_for(b), rows_for(b));
       break;
     case 2:
-      block<2, NW>(p, wr, i, n0, next);
+      block<2, NW>(p, wr, i, n0, first_for(b), rows_for(b));
       break;
     case 1:
-      block<1, NW>(p, wr, i, n0, next);
+      block<1, NW>(p, wr, i, n0, first_for(b), rows_for(b));
       break;
     default:
       break;

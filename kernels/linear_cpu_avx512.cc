@@ -9,6 +9,7 @@
 // (mod 16) in increasing j with FMA; then lanes l and l + 8 added, then the
 // same tree as the AVX2 path over the remaining 8; then the K % 16 tail.
 #include "kernels/linear_cpu_tiles.h"
+#include "kernels/sums_avx512.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -38,36 +39,6 @@ SNAPSERVE_AVX512 inline float lane_sum(__m512 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
-}
-
-// lane_sum of 16 vectors at once, the same additions in the same pairs for
-// each (l + l+8, then + l+4, + l+2, + l+1), with 15 vector adds instead of 64
-// scalar ones: lanes are regrouped across vectors between the stages. v[4c + r]
-// is x row r against weight row c; 128-bit lane r of the result holds x row
-// r's four sums, weight rows 0..3 in order, ready to store.
-SNAPSERVE_AVX512 inline __m512 lane_sums_4x4(const __m512* v) {
-  __m512 t[8], u[4], w[2];
-  // t[p]: lanes 0..7 v[2p]'s l + l+8 (l < 8), lanes 8..15 v[2p+1]'s.
-#pragma GCC unroll 8
-  for (int q = 0; q < 8; ++q) {
-    t[q] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * q], v[2 * q + 1], 0x44),
-                         _mm512_shuffle_f32x4(v[2 * q], v[2 * q + 1], 0xEE));
-  }
-  // u[q]: 128-bit lane i holds v[4q + i]'s (l + l+8) + (l+4 + l+12), l < 4.
-#pragma GCC unroll 4
-  for (int q = 0; q < 4; ++q) {
-    u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], 0x88),
-                         _mm512_shuffle_f32x4(t[2 * q], t[2 * q + 1], 0xDD));
-  }
-  // w[q], lane i: [u[2q] pair sums 0, 1 (l + l+2), u[2q+1] pair sums 0, 1].
-#pragma GCC unroll 2
-  for (int q = 0; q < 2; ++q) {
-    w[q] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * q], u[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(u[2 * q], u[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  // Lane i: the totals of v[i], v[4 + i], v[8 + i], v[12 + i].
-  return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 // x rows i0 .. i0 + MX - 1 against weight rows wr[0 .. NW). With `next`, one
@@ -104,9 +75,9 @@ SNAPSERVE_AVX512 void block(const Problem& p, const float* const* wr, int64_t i0
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) v[4 * c + r] = acc[r][c];
+      for (int c = 0; c < 4; ++c) v[4 * r + c] = acc[r][c];
     }
-    const __m512 sums = lane_sums_4x4(v);
+    const __m512 sums = simd::sums_of_16(v);
     float lanes[16];
     _mm512_storeu_ps(lanes, sums);
 #pragma GCC unroll 4

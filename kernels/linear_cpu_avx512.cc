@@ -9,7 +9,6 @@
 // (mod 16) in increasing j with FMA; then lanes l and l + 8 added, then the
 // same tree as the AVX2 path over the remaining 8; then the K % 16 tail.
 #include "kernels/linear_cpu_tiles.h"
-#include "kernels/sums_avx512.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -19,6 +18,9 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+// After the pragmas: its shuffles are such uses.
+#include "kernels/sums_avx512.h"
+
 namespace snapserve::kernels::cpu {
 
 namespace {
@@ -26,9 +28,10 @@ namespace {
 #define SNAPSERVE_AVX512 __attribute__((target("avx512f,avx2,fma")))
 
 constexpr int64_t kLanes = 16;
-// Prefetch into L2, not L1: the x rows of a batch-16 call (36 KiB) already
-// overflow the 32 KiB L1 (L1 prefetch measured no gain; L2 did).
-constexpr _mm_hint kPrefetchHint = _MM_HINT_T1;
+// Prefetch into L2 (locality 2, prefetcht1), not L1: the x rows of a
+// batch-16 call (36 KiB) already overflow the 32 KiB L1 (L1 prefetch
+// measured no gain; L2 did).
+constexpr int kPrefetchLocality = 2;
 
 SNAPSERVE_AVX512 inline float lane_sum(__m512 v) {
   const __m256 lo = _mm512_castps512_ps256(v);
@@ -58,7 +61,7 @@ SNAPSERVE_AVX512 void block(const Problem& p, const float* const* wr, int64_t i0
   }
   for (int64_t j = 0; j < k16; j += kLanes) {
     for (int c = 0; c < next_rows; ++c) {
-      _mm_prefetch(reinterpret_cast<const char*>(next[c] + j), kPrefetchHint);
+      __builtin_prefetch(next[c] + j, 0, kPrefetchLocality);
     }
     __m512 wv[NW];
 #pragma GCC unroll 4

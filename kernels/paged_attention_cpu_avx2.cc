@@ -88,23 +88,26 @@ SNAPSERVE_AVX2 void accumulate_values(float* acc, float rescale, const float* p,
   __m256 a[R];
   const __m256 vr = _mm256_set1_ps(rescale);
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) a[r] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * r), vr);
+  for (int r = 0; r < R; ++r) a[r] = _mm256_mul_ps(_mm256_loadu_ps(acc + int64_t{8} * r), vr);
   for (int64_t t = 0; t < n; ++t) {
     pf.step();
     const __m256 pt = _mm256_broadcast_ss(p + t);
     const float* row = v + t * head_dim;
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) a[r] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(row + 8 * r), a[r]);
+    for (int r = 0; r < R; ++r) {
+      a[r] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(row + int64_t{8} * r), a[r]);
+    }
   }
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + 8 * r, a[r]);
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + int64_t{8} * r, a[r]);
 }
 
 SNAPSERVE_AVX2 void accumulate_all_values(float* acc, float rescale, const float* p, const float* v,
                                           int64_t n, int64_t head_dim, SpreadPrefetch& pf) {
   int64_t d = 0;
-  for (; d + 64 <= head_dim; d += 64)
+  for (; d + 64 <= head_dim; d += 64) {
     accumulate_values<8>(acc + d, rescale, p, v + d, n, head_dim, pf);
+  }
   switch ((head_dim - d) / 8) {
     case 7:
       accumulate_values<7>(acc + d, rescale, p, v + d, n, head_dim, pf);

@@ -28,6 +28,7 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/linear.h"
 #include "kernels/linear_cpu_tiles.h"
+#include "kernels/simd_sums.h"
 
 namespace snapserve::kernels::cpu {
 
@@ -77,13 +78,8 @@ void widen_rows_portable(const uint16_t* src, int64_t count, float* dst) {
 #if defined(__x86_64__)
 #define SNAPSERVE_AVX2 __attribute__((target("avx2,fma")))
 
-// Same tree as the portable lane_sum: (l0+l4, l1+l5, l2+l6, l3+l7), pairs, one.
-SNAPSERVE_AVX2 inline float lane_sum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+// The portable lane_sum's tree, on a register.
+SNAPSERVE_AVX2 inline float lane_sum(__m256 v) { return simd::lane_sum_avx2(v); }
 
 SNAPSERVE_AVX2 void widen_rows_avx2(const uint16_t* src, int64_t count, float* dst) {
   int64_t j = 0;

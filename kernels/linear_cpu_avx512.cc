@@ -19,7 +19,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 // After the pragmas: its shuffles are such uses.
-#include "kernels/sums_avx512.h"
+#include "kernels/simd_sums.h"
 
 namespace snapserve::kernels::cpu {
 
@@ -32,17 +32,6 @@ constexpr int64_t kLanes = 16;
 // batch-16 call (36 KiB) already overflow the 32 KiB L1 (L1 prefetch
 // measured no gain; L2 did).
 constexpr int kPrefetchLocality = 2;
-
-SNAPSERVE_AVX512 inline float lane_sum(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  // Lanes 8..15 moved down to 0..7.
-  const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE));
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // x rows i0 .. i0 + MX - 1 against weight rows wr[0 .. NW). With `next`, one
 // cache line of each of a later tile's kTile rows is prefetched per step over
@@ -94,7 +83,9 @@ SNAPSERVE_AVX512 void block(const Problem& p, const float* const* wr, int64_t i0
     for (int r = 0; r < MX; ++r) {
       float* o = p.out + (i0 + r) * p.n_total + n0;
 #pragma GCC unroll 4
-      for (int c = 0; c < NW; ++c) o[c] = add_tail(lane_sum(acc[r][c]), x + r * k, wr[c], k16, k);
+      for (int c = 0; c < NW; ++c) {
+        o[c] = add_tail(simd::lane_sum_avx512(acc[r][c]), x + r * k, wr[c], k16, k);
+      }
     }
   }
 }

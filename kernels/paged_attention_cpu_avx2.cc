@@ -18,19 +18,13 @@
 
 #include "kernels/exp_avx2.h"
 #include "kernels/prefetch.h"
+#include "kernels/simd_sums.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
 
 #define SNAPSERVE_AVX2 __attribute__((target("avx2,fma")))
-
-SNAPSERVE_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // Lane i of the result: the sum of the lanes of a[i].
 SNAPSERVE_AVX2 inline __m256 sums_of_8(const __m256* a) {
@@ -72,7 +66,7 @@ SNAPSERVE_AVX2 float exp_and_sum(float* s, int64_t n, float max) {
     _mm256_storeu_ps(s + t, e);
     vsum = _mm256_add_ps(vsum, e);
   }
-  float sum = hsum(vsum);
+  float sum = simd::lane_sum_avx2(vsum);
   for (; t < n; ++t) {
     s[t] = std::exp(s[t] - max);
     sum += s[t];
@@ -108,30 +102,19 @@ SNAPSERVE_AVX2 void accumulate_all_values(float* acc, float rescale, const float
   for (; d + 64 <= head_dim; d += 64) {
     accumulate_values<8>(acc + d, rescale, p, v + d, n, head_dim, pf);
   }
-  switch ((head_dim - d) / 8) {
-    case 7:
-      accumulate_values<7>(acc + d, rescale, p, v + d, n, head_dim, pf);
-      break;
-    case 6:
-      accumulate_values<6>(acc + d, rescale, p, v + d, n, head_dim, pf);
-      break;
-    case 5:
-      accumulate_values<5>(acc + d, rescale, p, v + d, n, head_dim, pf);
-      break;
-    case 4:
-      accumulate_values<4>(acc + d, rescale, p, v + d, n, head_dim, pf);
-      break;
-    case 3:
-      accumulate_values<3>(acc + d, rescale, p, v + d, n, head_dim, pf);
-      break;
-    case 2:
-      accumulate_values<2>(acc + d, rescale, p, v + d, n, head_dim, pf);
-      break;
-    case 1:
-      accumulate_values<1>(acc + d, rescale, p, v + d, n, head_dim, pf);
-      break;
-    default:
-      break;
+  // The last head_dim % 64 floats: 1 .. 7 registers.
+  using Tail =
+      void (*)(float*, float, const float*, const float*, int64_t, int64_t, SpreadPrefetch&);
+  static constexpr Tail kTails[] = {nullptr,
+                                    accumulate_values<1>,
+                                    accumulate_values<2>,
+                                    accumulate_values<3>,
+                                    accumulate_values<4>,
+                                    accumulate_values<5>,
+                                    accumulate_values<6>,
+                                    accumulate_values<7>};
+  if (const int64_t regs = (head_dim - d) / 8; regs > 0) {
+    kTails[regs](acc + d, rescale, p, v + d, n, head_dim, pf);
   }
 }
 

@@ -1,7 +1,9 @@
-// Horizontal sums of AVX-512 vectors for the CPU kernels (linear, paged
-// attention). Internal to kernels/. GCC 12 reports its shuffles as
-// -W(maybe-)uninitialized uses (see linear_cpu_avx512.cc): include it after
-// silencing those.
+// Horizontal sums of SIMD registers for the CPU kernels (linear, paged
+// attention), one definition of each tree. Internal to kernels/.
+//
+// GCC 12 reports the AVX-512 shuffles below as -W(maybe-)uninitialized uses
+// where they are inlined (see linear_cpu_avx512.cc): a file that calls the
+// AVX-512 sums includes this after silencing those warnings.
 #pragma once
 
 #if defined(__x86_64__)
@@ -11,11 +13,28 @@
 
 namespace snapserve::kernels::simd {
 
+// The sum of the 8 lanes: (l0+l4, l1+l5, l2+l6, l3+l7), then pairs, then one
+// (the tree of linear_cpu.cc's portable lane_sum).
+__attribute__((target("avx2"))) inline float lane_sum_avx2(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// The sum of the 16 lanes: lanes l and l + 8 first, then the AVX2 tree.
+__attribute__((target("avx512f,avx2"))) inline float lane_sum_avx512(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  // Lanes 8..15 moved down to 0..7.
+  const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE));
+  return lane_sum_avx2(_mm256_add_ps(lo, hi));
+}
+
 // Lane i of the result: the sum of the 16 lanes of a[i], for i < 16, each in
 // the same pairs as a one-vector tree (lane l + l+8, then + l+4, + l+2,
 // + l+1). Lanes are regrouped across vectors between the stages, so the
 // sixteen sums cost 15 vector adds (and 30 shuffles) instead of 64 scalar adds.
-__attribute__((target("avx512f"))) inline __m512 sums_of_16(const __m512* a) {
+__attribute__((target("avx512f,avx2"))) inline __m512 sums_of_16(const __m512* a) {
   // Work on v[4c + r] = a[4r + c]: the last stage then leaves a[i] in lane i.
   __m512 v[16];
 #pragma GCC unroll 4

@@ -13,6 +13,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <algorithm>
+
 // GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
 // masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -90,19 +92,21 @@ SNAPSERVE_AVX512 void block(const Problem& p, const float* const* wr, int64_t i0
   }
 }
 
-// The prefetch of the `next` tile is shared out: with four or more x-row
-// blocks each of the first four prefetches one of its rows, else the first
-// block prefetches all four.
+// The prefetch of the `next` tile's kTile rows is shared out over the x-row
+// blocks, ceil(kTile / blocks) rows each from the first block on (one each at
+// batch 16; all four from the only block at batch <= 4).
 template <int NW>
 SNAPSERVE_AVX512 void all_rows(const Problem& p, const float* const* wr, int64_t n0,
                                const float* const* next) {
   const int64_t blocks = (p.m + 3) / 4;
+  const int64_t per_block = (kTile + blocks - 1) / blocks;
+  auto first_for = [&](int64_t b) -> const float* const* {
+    return next == nullptr ? nullptr : next + std::min(kTile, b * per_block);
+  };
   auto rows_for = [&](int64_t b) -> int {
     if (next == nullptr) return 0;
-    if (blocks >= kTile) return b < kTile ? 1 : 0;
-    return b == 0 ? static_cast<int>(kTile) : 0;
+    return static_cast<int>(std::clamp<int64_t>(kTile - b * per_block, 0, per_block));
   };
-  auto first_for = [&](int64_t b) { return blocks >= kTile && b < kTile ? next + b : next; };
   int64_t i = 0;
   for (; i + 4 <= p.m; i += 4) block<4, NW>(p, wr, i, n0, first_for(i / 4), rows_for(i / 4));
   const int64_t b = i / 4;

@@ -149,18 +149,19 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
           vb = vbuf.data();
         }
 
-        // The next block's rows, for the fold to prefetch (float32 caches:
-        // a widened copy is read from L1 anyway).
-        const T* next_k = nullptr;
-        const T* next_v = nullptr;
-        if (kIsFloat && blk + 1 < num_blocks) {
-          const int64_t ahead = (int64_t{tables[b * max_blocks + blk + 1]} * num_kv_heads + g) *
-                                block_size * head_dim;
-          next_k = k_ptr + ahead;
-          next_v = v_ptr + ahead;
+        // The next block's rows, for the fold to prefetch. Only float32
+        // caches: other dtypes are widened into kbuf / vbuf, read from L1.
+        const float* next_k = nullptr;
+        const float* next_v = nullptr;
+        if constexpr (kIsFloat) {
+          if (blk + 1 < num_blocks) {
+            const int64_t ahead = (int64_t{tables[b * max_blocks + blk + 1]} * num_kv_heads + g) *
+                                  block_size * head_dim;
+            next_k = k_ptr + ahead;
+            next_v = v_ptr + ahead;
+          }
         }
-        fold(hg, kb, vb, n, scores.data(), reinterpret_cast<const float*>(next_k),
-             reinterpret_cast<const float*>(next_v));
+        fold(hg, kb, vb, n, scores.data(), next_k, next_v);
       }
 
       Q* ob = out_ptr + (b * num_heads + g * group) * head_dim;

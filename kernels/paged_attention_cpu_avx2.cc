@@ -26,16 +26,6 @@ namespace {
 
 #define SNAPSERVE_AVX2 __attribute__((target("avx2,fma")))
 
-// Lane i of the result: the sum of the lanes of a[i].
-SNAPSERVE_AVX2 inline __m256 sums_of_8(const __m256* a) {
-  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
-  // Low 128 bits: a[0..3]'s lanes 0..3 summed; high: their lanes 4..7.
-  const __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
-  return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
-                       _mm256_permute2f128_ps(h0123, h4567, 0x31));
-}
-
 // scores[t] = q · k[t] for t < n (up to 7 more slots written, not meaningful).
 SNAPSERVE_AVX2 void block_scores(const float* q, const float* k, int64_t n, int64_t head_dim,
                                  float* scores, SpreadPrefetch& pf) {
@@ -52,7 +42,7 @@ SNAPSERVE_AVX2 void block_scores(const float* q, const float* k, int64_t n, int6
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[i] + d), a[i]);
     }
-    _mm256_storeu_ps(scores + t0, sums_of_8(a));
+    _mm256_storeu_ps(scores + t0, simd::sums_of_8(a));
   }
 }
 

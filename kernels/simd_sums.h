@@ -22,6 +22,17 @@ __attribute__((target("avx2"))) inline float lane_sum_avx2(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Lane i of the result: the sum of the 8 lanes of a[i], for i < 8 (adjacent
+// pairs first: not lane_sum_avx2's tree, for kernels with no order to keep).
+__attribute__((target("avx2"))) inline __m256 sums_of_8(const __m256* a) {
+  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+  // Low 128 bits: a[0..3]'s lanes 0..3 summed; high: their lanes 4..7.
+  const __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                       _mm256_permute2f128_ps(h0123, h4567, 0x31));
+}
+
 // The sum of the 16 lanes: lanes l and l + 8 first, then the AVX2 tree.
 __attribute__((target("avx512f,avx2"))) inline float lane_sum_avx512(__m512 v) {
   const __m256 lo = _mm512_castps512_ps256(v);

@@ -3,6 +3,7 @@
 #include "kernels/linear.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -13,37 +14,81 @@ namespace snapserve::kernels {
 
 namespace {
 
-// Float32 weight rows widened per GEMM call for bfloat16 weights at large m:
-// ~2 MiB, so a slice stays in cache between its widening and its use.
+// Float32 weight rows widened or decoded per GEMM call at large m: ~2 MiB, so
+// a slice stays in cache between its widening and its use.
 constexpr int64_t kSliceElements = int64_t{1} << 19;
 
-at::Tensor linear_large(const at::Tensor& x, const at::Tensor& w) {
-  if (w.scalar_type() == at::kFloat) return at::linear(x, w);
-  const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
+// x · wᵀ through LibTorch's float32 GEMM, the weight rows [r, r + rows) made
+// float32 by `slice(r, rows)` a cache-sized slice at a time.
+template <typename Slice>
+at::Tensor linear_large(const at::Tensor& x, int64_t n, int64_t k, const Slice& slice) {
+  const int64_t m = x.size(0);
   const int64_t rows_per_slice = std::max<int64_t>(1, kSliceElements / std::max<int64_t>(k, 1));
-  if (rows_per_slice >= n) return at::linear(x, w.to(at::kFloat));
+  if (rows_per_slice >= n) return at::linear(x, slice(0, n));
   at::Tensor out = at::empty({m, n}, x.options());
   for (int64_t r = 0; r < n; r += rows_per_slice) {
     const int64_t rows = std::min(rows_per_slice, n - r);
-    out.narrow(1, r, rows).copy_(at::linear(x, w.narrow(0, r, rows).to(at::kFloat)));
+    out.narrow(1, r, rows).copy_(at::linear(x, slice(r, rows)));
   }
   return out;
+}
+
+void check_activations(const at::Tensor& x) {
+  check_shape(x, "x", {-1, -1});
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "x: expected float32, got ", x.scalar_type());
+  TORCH_CHECK(x.is_cpu(), "linear: CPU only (on CUDA the model uses at::linear)");
 }
 
 }  // namespace
 
 at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w) {
-  check_shape(x, "x", {-1, -1});
+  check_activations(x);
   check_shape(w, "w", {-1, x.size(1)});
-  TORCH_CHECK(x.scalar_type() == at::kFloat, "x: expected float32, got ", x.scalar_type());
   TORCH_CHECK(w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16,
               "w: expected float32 or bfloat16, got ", w.scalar_type());
-  TORCH_CHECK(x.is_cpu() && w.is_cpu(), "linear: CPU only (on CUDA the model uses at::linear)");
+  TORCH_CHECK(w.is_cpu(), "linear: CPU only (on CUDA the model uses at::linear)");
   TORCH_CHECK(w.is_contiguous(), "w: expected a contiguous weight");
   const at::Tensor xc = x.contiguous();
-  if (xc.size(0) > kLinearSmallRows) return linear_large(xc, w);
-  at::Tensor out = at::empty({xc.size(0), w.size(0)}, xc.options());
-  if (xc.size(0) > 0 && w.size(0) > 0) cpu::linear_float32_small(xc, w, out);
+  const int64_t n = w.size(0), k = w.size(1);
+  if (xc.size(0) > kLinearSmallRows) {
+    if (w.scalar_type() == at::kFloat) return at::linear(xc, w);
+    return linear_large(
+        xc, n, k, [&](int64_t r, int64_t rows) { return w.narrow(0, r, rows).to(at::kFloat); });
+  }
+  at::Tensor out = at::empty({xc.size(0), n}, xc.options());
+  cpu::WeightRows rows;
+  rows.k = k;
+  if (w.scalar_type() == at::kFloat) {
+    rows.f32 = w.const_data_ptr<float>();
+  } else {
+    rows.bf16 = static_cast<const uint16_t*>(w.const_data_ptr());
+  }
+  if (xc.size(0) > 0 && n > 0) cpu::linear_rows_small(xc, rows, n, out);
+  return out;
+}
+
+at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w) {
+  check_activations(x);
+  TORCH_CHECK(x.size(1) == w.cols, "x: expected ", w.cols, " columns (the weight's), got ",
+              x.size(1));
+  const at::Tensor xc = x.contiguous();
+  if (xc.size(0) > kLinearSmallRows) {
+    return linear_large(xc, w.rows, w.cols, [&](int64_t r, int64_t rows) {
+      at::Tensor slice = at::empty({rows, w.cols}, at::kFloat);
+      float* dst = slice.data_ptr<float>();
+      at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          dequantize_row(w.type, w.row(r + i), w.cols, dst + i * w.cols);
+        }
+      });
+      return slice;
+    });
+  }
+  at::Tensor out = at::empty({xc.size(0), w.rows}, xc.options());
+  cpu::WeightRows rows;
+  rows.k = w.cols;
+  rows.quant = &w;
+  if (xc.size(0) > 0 && w.rows > 0) cpu::linear_rows_small(xc, rows, w.rows, out);
   return out;
 }
 

@@ -1,5 +1,6 @@
 // The model's CPU linear layer: y = x · wᵀ with float32 activations and
-// float32 or bfloat16 weights, accumulated in float32.
+// float32, bfloat16 or GGUF-quantized weights (quant_matrix.h), accumulated
+// in float32.
 //
 // - bfloat16 weights are how a bfloat16 model runs on CPU
 //   (engine/model/llama_model.h): half the memory and bandwidth of float32,
@@ -10,11 +11,13 @@
 //   batch (DESIGN.md §6), and weights stream from memory once per call at
 //   close to the machine's read bandwidth (decode is bandwidth bound).
 // - Larger m (prompt prefill) uses LibTorch's float32 GEMM; bfloat16 weights
-//   are widened for it in cache-sized slices. Those rows come from another
+//   and quantized weights are decoded for it in cache-sized slices. Those rows come from another
 //   reduction order, which is fine: prefill never mixes sequences.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include "kernels/quant_matrix.h"
 
 namespace snapserve::kernels {
 
@@ -26,9 +29,27 @@ inline constexpr int64_t kLinearSmallRows = 64;
 // returns [m, N] float32
 at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w);
 
+// The same with w [N, K] kept in GGUF blocks. Each weight row is decoded to
+// exactly the float32 values gguf.quants.dequantize gives, then used as a
+// float32 row would be, so the result equals linear_float32(x, dequantize(w))
+// bit for bit: quantized weights save memory and bandwidth, not accuracy.
+at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w);
+
 namespace cpu {
-// Fixed-order kernel; x [m, K] and w [N, K] contiguous, out [m, N] contiguous float32.
-void linear_float32_small(const at::Tensor& x, const at::Tensor& w, at::Tensor& out);
+// Where the fixed-order kernel reads weight row r as float32: in place
+// (f32), or widened/decoded into a caller's scratch row (bf16, quant).
+struct WeightRows {
+  const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;
+  const QuantMatrix* quant = nullptr;
+  int64_t k = 0;
+
+  bool in_place() const { return f32 != nullptr; }
+  const float* row(int64_t r, float* scratch) const;
+};
+
+// Fixed-order kernel; x [m, K] contiguous, `n` weight rows, out [m, n] contiguous float32.
+void linear_rows_small(const at::Tensor& x, const WeightRows& w, int64_t n, at::Tensor& out);
 }  // namespace cpu
 
 }  // namespace snapserve::kernels

@@ -2,7 +2,8 @@
 //
 // Work is split over tiles of kTile weight rows. bfloat16 rows are first
 // widened to float32 into a small scratch buffer (bfloat16 is the top half of
-// a float32: a 16-bit shift); float32 rows are read in place. Each tile is
+// a float32: a 16-bit shift), GGUF-quantized rows decoded into it
+// (quant_blocks.h); float32 rows are read in place. Each tile is
 // then dotted with every row of x, a few x rows at a time, so each weight
 // byte comes from memory once per call whatever m is.
 //
@@ -18,7 +19,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -28,6 +28,7 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/linear.h"
 #include "kernels/linear_cpu_tiles.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/simd_sums.h"
 
 namespace snapserve::kernels::cpu {
@@ -161,43 +162,23 @@ SNAPSERVE_AVX2 void tile_avx2(const Problem& p, const float* const* wr, int64_t 
 
 #endif
 
-// Output columns [n_begin, n_end): float32 weights are read in place,
-// bfloat16 weights widened a tile at a time into `scratch` [kTile * k].
-template <typename W>
-void run_columns(const Problem& p, const W* w, int64_t n_begin, int64_t n_end, float* scratch) {
+// Output columns [n_begin, n_end): float32 weights are read in place, other
+// formats decoded a tile at a time into `scratch` [kTile * k].
+void run_columns(const Problem& p, const WeightRows& w, int64_t n_begin, int64_t n_end,
+                 float* scratch) {
   const CpuIsa isa = cpu_isa();
-  const bool simd = isa != CpuIsa::kPortable;  // AVX2 at least: the widening uses it
   for (int64_t n0 = n_begin; n0 < n_end; n0 += kTile) {
     const int64_t rows = std::min(kTile, n_end - n0);
     const float* wr[kTile] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      if constexpr (std::is_same_v<W, float>) {
-        wr[r] = w + (n0 + r) * p.k;
-      } else {
-        float* dst = scratch + r * p.k;
-#if defined(__x86_64__)
-        if (simd) {
-          widen_rows_avx2(w + (n0 + r) * p.k, p.k, dst);
-        } else {
-          widen_rows_portable(w + (n0 + r) * p.k, p.k, dst);
-        }
-#else
-        widen_rows_portable(w + (n0 + r) * p.k, p.k, dst);
-#endif
-        wr[r] = dst;
-      }
-    }
+    for (int64_t r = 0; r < rows; ++r) wr[r] = w.row(n0 + r, scratch + r * p.k);
     if (isa == CpuIsa::kAvx512) {
       // float32 rows kPrefetchTiles ahead in this range, for the kernel to
-      // prefetch (bfloat16 rows are widened into scratch on demand instead).
+      // prefetch (other formats are decoded into scratch on demand instead).
       const int64_t ahead = n0 + kPrefetchTiles * kTile;
       const float* next[kTile] = {};
-      bool prefetch = false;
-      if constexpr (std::is_same_v<W, float>) {
-        prefetch = ahead < n_end;
-        for (int64_t r = 0; prefetch && r < kTile; ++r) {
-          next[r] = w + std::min(ahead + r, n_end - 1) * p.k;  // a short last tile repeats a row
-        }
+      const bool prefetch = w.in_place() && ahead < n_end;
+      for (int64_t r = 0; prefetch && r < kTile; ++r) {
+        next[r] = w.f32 + std::min(ahead + r, n_end - 1) * p.k;  // a short last tile repeats a row
       }
       tile_avx512(p, wr, rows, n0, prefetch ? next : nullptr);
       continue;
@@ -214,24 +195,32 @@ void run_columns(const Problem& p, const W* w, int64_t n_begin, int64_t n_end, f
 
 }  // namespace
 
-void linear_float32_small(const at::Tensor& x, const at::Tensor& w, at::Tensor& out) {
-  const Problem p{x.const_data_ptr<float>(), out.data_ptr<float>(), x.size(0), x.size(1),
-                  w.size(0)};
-  const bool bf16 = w.scalar_type() == at::kBFloat16;
-  const auto* w16 = static_cast<const uint16_t*>(w.const_data_ptr());
-  const auto* w32 = static_cast<const float*>(w.const_data_ptr());
+const float* WeightRows::row(int64_t r, float* scratch) const {
+  if (f32 != nullptr) return f32 + r * k;
+  if (bf16 != nullptr) {
+#if defined(__x86_64__)
+    if (cpu_isa() != CpuIsa::kPortable) {
+      widen_rows_avx2(bf16 + r * k, k, scratch);
+      return scratch;
+    }
+#endif
+    widen_rows_portable(bf16 + r * k, k, scratch);
+    return scratch;
+  }
+  dequantize_row(quant->type, quant->row(r), k, scratch);
+  return scratch;
+}
+
+void linear_rows_small(const at::Tensor& x, const WeightRows& w, int64_t n, at::Tensor& out) {
+  const Problem p{x.const_data_ptr<float>(), out.data_ptr<float>(), x.size(0), x.size(1), n};
   const int64_t tiles = (p.n_total + kTile - 1) / kTile;
   // ~64K multiply-adds per task keeps small matrices on the calling thread.
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, p.k * p.m * kTile));
   at::parallel_for(0, tiles, grain, [&](int64_t t_begin, int64_t t_end) {
     const int64_t n_begin = t_begin * kTile, n_end = std::min(t_end * kTile, p.n_total);
-    if (bf16) {
-      std::vector<float> scratch(static_cast<size_t>(kTile * p.k));
-      run_columns(p, w16, n_begin, n_end, scratch.data());
-    } else {
-      run_columns(p, w32, n_begin, n_end, nullptr);
-    }
+    std::vector<float> scratch(w.in_place() ? 0 : static_cast<size_t>(kTile * p.k));
+    run_columns(p, w, n_begin, n_end, scratch.data());
   });
 }
 

@@ -1,5 +1,7 @@
 #include "engine/model/gguf_weights.h"
 
+#include "kernels/quant_blocks.h"
+
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -13,39 +15,6 @@ float HalfAt(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
   return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
-}
-
-// Block formats (ggml-common.h). Each block holds 32 elements; element j of
-// a 4-bit block is the low nibble of byte j (j < 16) or the high nibble of
-// byte j - 16. Arithmetic in float32, in the same order as gguf-py's
-// dequantizers, so the values equal what transformers loads bit for bit.
-void DequantQ8_0(const uint8_t* src, int64_t blocks, float* out) {
-  for (int64_t b = 0; b < blocks; ++b, src += 34, out += 32) {
-    const float d = HalfAt(src);
-    for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(static_cast<int8_t>(src[2 + j])) * d;
-  }
-}
-
-void DequantQ4_0(const uint8_t* src, int64_t blocks, float* out) {
-  for (int64_t b = 0; b < blocks; ++b, src += 18, out += 32) {
-    const float d = HalfAt(src);
-    const uint8_t* qs = src + 2;
-    for (int j = 0; j < 16; ++j) {
-      out[j] = d * static_cast<float>((qs[j] & 0x0F) - 8);
-      out[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
-    }
-  }
-}
-
-void DequantQ4_1(const uint8_t* src, int64_t blocks, float* out) {
-  for (int64_t b = 0; b < blocks; ++b, src += 20, out += 32) {
-    const float d = HalfAt(src), m = HalfAt(src + 2);
-    const uint8_t* qs = src + 4;
-    for (int j = 0; j < 16; ++j) {
-      out[j] = d * static_cast<float>(qs[j] & 0x0F) + m;
-      out[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
-    }
-  }
 }
 
 // llama.cpp's converter stores each head's rows as interleaved pairs; this
@@ -70,6 +39,58 @@ class GgufWeightSource : public WeightSource {
 
   StatusOr<at::Tensor> Load(const std::string& hf_name, at::ScalarType dtype,
                             at::Device device) override {
+    auto t = Find(hf_name);
+    if (!t.ok()) return t.status();
+    const GgufTensorInfo& info = **t;
+    auto f = DequantizeGgufTensor(info, file_->path());
+    if (!f.ok()) return f.status();
+    try {
+      auto w = Unpermuted(info, std::move(f).value());
+      if (!w.ok()) return w.status();
+      return w->to(device, dtype, /*non_blocking=*/false, /*copy=*/false).contiguous();
+    } catch (const c10::Error& e) {
+      return Status::Internal(file_->path() + ": tensor `" + info.name +
+                              "`: conversion failed: " + e.what_without_backtrace());
+    }
+  }
+
+  // On CPU, a matrix in a supported block format stays in its blocks (copied
+  // out of the mapping, rows un-permuted like the dense path): see
+  // kernels/quant_matrix.h. Anything else loads dense.
+  StatusOr<LinearWeight> LoadLinear(const std::string& hf_name, at::ScalarType dtype,
+                                    at::Device device) override {
+    auto t = Find(hf_name);
+    if (!t.ok()) return t.status();
+    const GgufTensorInfo& info = **t;
+    const auto type = kernels::quant_type_from_ggml(info.type);
+    if (!device.is_cpu() || !type || info.dims.size() != 2) {
+      return WeightSource::LoadLinear(hf_name, dtype, device);
+    }
+    const kernels::QuantFormat& f = kernels::quant_format(*type);
+    const int64_t cols = info.dims[0], rows = info.dims[1];
+    if (cols <= 0 || rows <= 0 || cols % f.block_elements != 0 ||
+        info.nbytes != static_cast<uint64_t>(rows * (cols / f.block_elements) * f.block_bytes)) {
+      return Status::InvalidArgument(file_->path() + ": tensor `" + info.name + "` (" + f.name +
+                                     "): byte size does not match its shape");
+    }
+    try {
+      const int64_t row_bytes = cols / f.block_elements * f.block_bytes;
+      at::Tensor bytes = at::empty({rows, row_bytes}, at::kByte);
+      std::memcpy(bytes.data_ptr<uint8_t>(), info.data, info.nbytes);
+      auto unpermuted = Unpermuted(info, std::move(bytes));
+      if (!unpermuted.ok()) return unpermuted.status();
+      LinearWeight w;
+      w.parts.push_back(kernels::make_quant_matrix(*type, rows, cols, unpermuted->contiguous(),
+                                                   info.name.c_str()));
+      return w;
+    } catch (const c10::Error& e) {
+      return Status::Internal(file_->path() + ": tensor `" + info.name +
+                              "`: loading its blocks failed: " + e.what_without_backtrace());
+    }
+  }
+
+ private:
+  StatusOr<const GgufTensorInfo*> Find(const std::string& hf_name) const {
     auto g = GgufNameForHf(hf_name);
     if (!g) return Status::NotFound(file_->path() + ": no GGUF name for tensor `" + hf_name + "`");
     const GgufTensorInfo* t = file_->FindTensor(*g);
@@ -77,29 +98,26 @@ class GgufWeightSource : public WeightSource {
       return Status::NotFound(file_->path() + ": tensor `" + *g + "` (for `" + hf_name +
                               "`) not found");
     }
-    auto f = DequantizeGgufTensor(*t, file_->path());
-    if (!f.ok()) return f.status();
-    try {
-      at::Tensor w = std::move(f).value();
-      const bool is_q = g->find(".attn_q.") != std::string::npos;
-      const bool is_k = g->find(".attn_k.") != std::string::npos;
-      if (is_q || is_k) {
-        const int64_t heads = is_q ? config_.num_heads : config_.num_kv_heads;
-        if (w.dim() != 2 || w.size(0) % (2 * heads) != 0) {
-          return Status::InvalidArgument(file_->path() + ": tensor `" + *g + "` has " +
-                                         std::to_string(w.dim() == 2 ? w.size(0) : -1) +
-                                         " rows, not a multiple of 2 x " + std::to_string(heads) +
-                                         " heads");
-        }
-        w = UnpermuteRows(w, heads);
-      }
-      return w.to(device, dtype, /*non_blocking=*/false, /*copy=*/false).contiguous();
-    } catch (const c10::Error& e) {
-      return Status::Internal(file_->path() + ": tensor `" + *g +
-                              "`: conversion failed: " + e.what_without_backtrace());
-    }
+    return t;
   }
 
+  // q and k rows back in transformers' order (UnpermuteRows); `w` has one row
+  // per output (float32 values, or a row's bytes of blocks).
+  StatusOr<at::Tensor> Unpermuted(const GgufTensorInfo& info, at::Tensor w) const {
+    const bool is_q = info.name.find(".attn_q.") != std::string::npos;
+    const bool is_k = info.name.find(".attn_k.") != std::string::npos;
+    if (!is_q && !is_k) return w;
+    const int64_t heads = is_q ? config_.num_heads : config_.num_kv_heads;
+    if (w.dim() != 2 || heads <= 0 || w.size(0) % (2 * heads) != 0) {
+      return Status::InvalidArgument(file_->path() + ": tensor `" + info.name + "` has " +
+                                     std::to_string(w.dim() == 2 ? w.size(0) : -1) +
+                                     " rows, not a multiple of 2 x " + std::to_string(heads) +
+                                     " heads");
+    }
+    return UnpermuteRows(w, heads);
+  }
+
+ public:
  private:
   std::shared_ptr<const GgufFile> file_;
   ModelConfig config_;
@@ -158,18 +176,16 @@ StatusOr<at::Tensor> DequantizeGgufTensor(const GgufTensorInfo& t, const std::st
           dst[i] = static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits()));
         }
         break;
-      case GgufType::kQ8_0:
-        DequantQ8_0(t.data, blocks, dst);
-        break;
-      case GgufType::kQ4_0:
-        DequantQ4_0(t.data, blocks, dst);
-        break;
-      case GgufType::kQ4_1:
-        DequantQ4_1(t.data, blocks, dst);
-        break;
-      default:
-        return Status::Unimplemented(where() +
-                                     ": unsupported type (F32, F16, BF16, Q8_0, Q4_0, Q4_1 are)");
+      default: {
+        const auto q = kernels::quant_type_from_ggml(t.type);
+        if (!q) {
+          return Status::Unimplemented(where() +
+                                       ": unsupported type (F32, F16, BF16, Q8_0, Q4_0, "
+                                       "Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K "
+                                       "are)");
+        }
+        kernels::dequantize_row(*q, t.data, blocks * bs->elements, dst);
+      }
     }
     return out;
   } catch (const c10::Error& e) {

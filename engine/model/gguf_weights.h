@@ -1,11 +1,11 @@
 // GGUF -> the Hugging Face layout: the model config from `llama.*` metadata,
-// dequantization (F32, F16, BF16, Q8_0, Q4_0, Q4_1) to float32 once at load,
-// tensor renaming (blk.N.attn_q -> model.layers.N.self_attn.q_proj, ...), and
-// undoing llama.cpp's q/k row permutation. The last matters: llama.cpp's
-// converter reorders each head's q/k rows so RoPE rotates adjacent pairs
-// (2i, 2i+1); transformers (and rope.h) rotate (i, i + head_dim/2). We invert
-// it exactly as transformers' GGUF loader does, so the same file gives the
-// same model in both.
+// the tensors (on CPU, matrices in a block format stay in their blocks,
+// kernels/quant_matrix.h; everything else, and everything on CUDA, is
+// dequantized to float32 once at load), tensor renaming (blk.N.attn_q ->
+// model.layers.N.self_attn.q_proj, ...), and undoing llama.cpp's q/k row permutation. The last
+// matters: llama.cpp's converter reorders each head's q/k rows so RoPE rotates adjacent pairs (2i,
+// 2i+1); transformers (and rope.h) rotate (i, i + head_dim/2). We invert it exactly as
+// transformers' GGUF loader does, so the same file gives the same model in both.
 #pragma once
 
 #include <memory>
@@ -25,7 +25,8 @@ namespace snapserve::model {
 StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& file);
 
 // float32 tensor in PyTorch order (GGUF dims reversed: [dims[n-1], ..., dims[0]]).
-// Unimplemented for quant types other than F32, F16, BF16, Q8_0, Q4_0, Q4_1.
+// F32, F16, BF16 and the block formats of kernels/quant_blocks.h; other types
+// are Unimplemented, naming the file, the tensor and the type.
 StatusOr<at::Tensor> DequantizeGgufTensor(const GgufTensorInfo& tensor, const std::string& path);
 
 // The GGUF name of an HF tensor name, or nullopt if it has none.

@@ -30,14 +30,25 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType 
   w_.final_norm = w_.final_norm.to(compute_dtype_);
 }
 
-at::Tensor LlamaModel::Linear(const at::Tensor& x, const at::Tensor& w) const {
+at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const {
+  // GGUF blocks (CPU only): decoded row by row inside the kernel; a matrix of
+  // several block types is computed a row group at a time.
+  if (w.quantized()) {
+    if (w.parts.size() == 1) return kernels::linear_quantized(x, w.parts[0]);
+    std::vector<at::Tensor> columns;
+    for (const kernels::QuantMatrix& part : w.parts) {
+      columns.push_back(kernels::linear_quantized(x, part));
+    }
+    return at::cat(columns, 1);
+  }
   // CPU float32 compute (float32 or bfloat16 weights): the fixed-order kernel
   // for decode-sized batches (kernels/linear.h); elsewhere LibTorch's.
+  const at::Tensor& d = w.dense;
   if (x.is_cpu() && x.scalar_type() == at::kFloat &&
-      (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16)) {
-    return kernels::linear_float32(x, w);
+      (d.scalar_type() == at::kFloat || d.scalar_type() == at::kBFloat16)) {
+    return kernels::linear_float32(x, d);
   }
-  return at::linear(x, w);
+  return at::linear(x, d);
 }
 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
@@ -61,7 +72,12 @@ at::Tensor LlamaModel::Embed(const std::vector<int32_t>& tokens) const {
                 ")");
   }
   at::Tensor ids = at::tensor(at::ArrayRef<int32_t>(tokens), at::kInt).to(at::kLong);
-  return at::embedding(w_.embed, ids.to(device_));
+  if (w_.embed.quantized()) {
+    // The embedding is one matrix of one type in every supported file.
+    TORCH_CHECK(w_.embed.parts.size() == 1, "Embed: a quantized embedding has one block type");
+    return kernels::dequantize_rows(w_.embed.parts[0], ids);  // float32
+  }
+  return at::embedding(w_.embed.dense, ids.to(device_));
 }
 
 at::Tensor LlamaModel::Logits(const at::Tensor& hidden) const {

@@ -95,7 +95,7 @@ class LlamaModel {
 
  private:
   // x [m, in] in the compute dtype, w [out, in] -> [m, out].
-  at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) const;
+  at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor Mlp(const LayerWeights& l, const at::Tensor& x) const;
   at::Tensor Embed(const std::vector<int32_t>& tokens) const;

@@ -97,20 +97,35 @@ class Loader {
   StatusOr<at::Tensor> Get(const std::string& name, std::vector<int64_t> shape) {
     auto t = source_.Load(name, dtype_, device_);
     if (!t.ok()) return t.status();
-    if (t->sizes() != at::IntArrayRef(shape)) {
-      return Status::InvalidArgument(source_.Where(name) + ": tensor `" + name + "` has shape " +
-                                     ShapeString(t->sizes()) + ", the config implies " +
-                                     ShapeString(shape));
-    }
+    SNAPSERVE_RETURN_IF_ERROR(CheckShape(name, t->sizes().vec(), shape));
+    Progress();
+    return t;
+  }
+
+  StatusOr<LinearWeight> GetLinear(const std::string& name, int64_t rows, int64_t cols) {
+    auto w = source_.LoadLinear(name, dtype_, device_);
+    if (!w.ok()) return w.status();
+    SNAPSERVE_RETURN_IF_ERROR(CheckShape(name, {w->rows(), w->cols()}, {rows, cols}));
+    Progress();
+    return w;
+  }
+
+ private:
+  Status CheckShape(const std::string& name, const std::vector<int64_t>& got,
+                    const std::vector<int64_t>& want) const {
+    if (got == want) return Status::Ok();
+    return Status::InvalidArgument(source_.Where(name) + ": tensor `" + name + "` has shape " +
+                                   ShapeString(got) + ", the config implies " + ShapeString(want));
+  }
+
+  void Progress() {
     ++done_;
     // About ten progress lines per load, whatever the model size.
     if (log_ && (done_ == total_ || done_ * 10 / total_ != (done_ - 1) * 10 / total_)) {
       log_("loaded " + std::to_string(done_) + "/" + std::to_string(total_) + " tensors");
     }
-    return t;
   }
 
- private:
   WeightSource& source_;
   at::ScalarType dtype_;
   at::Device device_;
@@ -120,6 +135,79 @@ class Loader {
 };
 
 }  // namespace
+
+int64_t LinearWeight::rows() const {
+  if (!quantized()) return dense.dim() == 2 ? dense.size(0) : -1;
+  int64_t rows = 0;
+  for (const kernels::QuantMatrix& p : parts) rows += p.rows;
+  return rows;
+}
+
+int64_t LinearWeight::cols() const {
+  if (!quantized()) return dense.dim() == 2 ? dense.size(1) : -1;
+  return parts.empty() ? 0 : parts[0].cols;
+}
+
+int64_t LinearWeight::nbytes() const {
+  if (!quantized()) return static_cast<int64_t>(dense.nbytes());
+  int64_t bytes = 0;
+  for (const kernels::QuantMatrix& p : parts) bytes += p.nbytes();
+  return bytes;
+}
+
+std::string LinearWeight::format() const {
+  if (!quantized()) return c10::toString(dense.scalar_type());
+  std::string out;
+  for (const kernels::QuantMatrix& p : parts) {
+    const std::string name = kernels::quant_format(p.type).name;
+    if (out.find(name) == std::string::npos) out += (out.empty() ? "" : "+") + name;
+  }
+  return out;
+}
+
+LinearWeight StackRows(std::vector<LinearWeight> parts, at::ScalarType dtype) {
+  bool all_dense = true, all_quantized = true;
+  for (const LinearWeight& p : parts) {
+    all_dense = all_dense && !p.quantized();
+    all_quantized = all_quantized && p.quantized();
+  }
+  LinearWeight out;
+  if (all_quantized) {
+    // Merge consecutive row groups of one block type.
+    std::vector<kernels::QuantMatrix> run;
+    auto flush = [&] {
+      if (!run.empty()) out.parts.push_back(run.size() == 1 ? run[0] : kernels::concat_rows(run));
+      run.clear();
+    };
+    for (const LinearWeight& p : parts) {
+      for (const kernels::QuantMatrix& q : p.parts) {
+        if (!run.empty() && run[0].type != q.type) flush();
+        run.push_back(q);
+      }
+    }
+    flush();
+    return out;
+  }
+  std::vector<at::Tensor> dense;
+  for (const LinearWeight& p : parts) {
+    if (!p.quantized()) {
+      dense.push_back(p.dense);
+      continue;
+    }
+    for (const kernels::QuantMatrix& q : p.parts) dense.push_back(kernels::dequantize(q).to(dtype));
+  }
+  out.dense = all_dense ? at::cat(dense, 0) : at::cat(dense, 0).to(dtype);
+  return out;
+}
+
+StatusOr<LinearWeight> WeightSource::LoadLinear(const std::string& hf_name, at::ScalarType dtype,
+                                                at::Device device) {
+  auto t = Load(hf_name, dtype, device);
+  if (!t.ok()) return t.status();
+  LinearWeight w;
+  w.dense = std::move(t).value();
+  return w;
+}
 
 void LogToStderr(const std::string& line) {
   std::fprintf(stderr, "[snapserve.model] %s\n", line.c_str());
@@ -148,34 +236,37 @@ StatusOr<LlamaWeights> AssembleWeights(const ModelConfig& c, WeightSource& sourc
   }
   try {
     SNAPSERVE_ASSIGN_OR_RETURN(w.embed,
-                               loader.Get("model.embed_tokens.weight", {c.vocab, c.hidden}));
+                               loader.GetLinear("model.embed_tokens.weight", c.vocab, c.hidden));
     for (int64_t i = 0; i < c.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       LayerWeights l;
-      at::Tensor q, k, v, gate, up;
+      LinearWeight q, k, v, gate, up;
       SNAPSERVE_ASSIGN_OR_RETURN(l.attn_norm, loader.Get(p + "input_layernorm.weight", {c.hidden}));
-      SNAPSERVE_ASSIGN_OR_RETURN(q, loader.Get(p + "self_attn.q_proj.weight", {q_rows, c.hidden}));
-      SNAPSERVE_ASSIGN_OR_RETURN(k, loader.Get(p + "self_attn.k_proj.weight", {kv_rows, c.hidden}));
-      SNAPSERVE_ASSIGN_OR_RETURN(v, loader.Get(p + "self_attn.v_proj.weight", {kv_rows, c.hidden}));
+      SNAPSERVE_ASSIGN_OR_RETURN(q,
+                                 loader.GetLinear(p + "self_attn.q_proj.weight", q_rows, c.hidden));
+      SNAPSERVE_ASSIGN_OR_RETURN(
+          k, loader.GetLinear(p + "self_attn.k_proj.weight", kv_rows, c.hidden));
+      SNAPSERVE_ASSIGN_OR_RETURN(
+          v, loader.GetLinear(p + "self_attn.v_proj.weight", kv_rows, c.hidden));
       SNAPSERVE_ASSIGN_OR_RETURN(l.o_proj,
-                                 loader.Get(p + "self_attn.o_proj.weight", {c.hidden, q_rows}));
+                                 loader.GetLinear(p + "self_attn.o_proj.weight", c.hidden, q_rows));
       SNAPSERVE_ASSIGN_OR_RETURN(l.mlp_norm,
                                  loader.Get(p + "post_attention_layernorm.weight", {c.hidden}));
       SNAPSERVE_ASSIGN_OR_RETURN(
-          gate, loader.Get(p + "mlp.gate_proj.weight", {c.intermediate, c.hidden}));
-      SNAPSERVE_ASSIGN_OR_RETURN(up,
-                                 loader.Get(p + "mlp.up_proj.weight", {c.intermediate, c.hidden}));
+          gate, loader.GetLinear(p + "mlp.gate_proj.weight", c.intermediate, c.hidden));
       SNAPSERVE_ASSIGN_OR_RETURN(
-          l.down, loader.Get(p + "mlp.down_proj.weight", {c.hidden, c.intermediate}));
-      l.qkv = at::cat({q, k, v}, 0);
-      l.gate_up = at::cat({gate, up}, 0);
+          up, loader.GetLinear(p + "mlp.up_proj.weight", c.intermediate, c.hidden));
+      SNAPSERVE_ASSIGN_OR_RETURN(
+          l.down, loader.GetLinear(p + "mlp.down_proj.weight", c.hidden, c.intermediate));
+      l.qkv = StackRows({std::move(q), std::move(k), std::move(v)}, dtype);
+      l.gate_up = StackRows({std::move(gate), std::move(up)}, dtype);
       w.layers.push_back(std::move(l));
     }
     SNAPSERVE_ASSIGN_OR_RETURN(w.final_norm, loader.Get("model.norm.weight", {c.hidden}));
     if (c.tie_word_embeddings) {
       w.lm_head = w.embed;
     } else {
-      SNAPSERVE_ASSIGN_OR_RETURN(w.lm_head, loader.Get("lm_head.weight", {c.vocab, c.hidden}));
+      SNAPSERVE_ASSIGN_OR_RETURN(w.lm_head, loader.GetLinear("lm_head.weight", c.vocab, c.hidden));
     }
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("assembling weights failed: ") +
@@ -187,7 +278,14 @@ StatusOr<LlamaWeights> AssembleWeights(const ModelConfig& c, WeightSource& sourc
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     char line[160];
-    std::snprintf(line, sizeof(line), "weights loaded in %.2f s; resident memory %.1f MiB", secs,
+    int64_t matrix_bytes = w.embed.nbytes() + (c.tie_word_embeddings ? 0 : w.lm_head.nbytes());
+    for (const LayerWeights& l : w.layers) {
+      matrix_bytes += l.qkv.nbytes() + l.o_proj.nbytes() + l.gate_up.nbytes() + l.down.nbytes();
+    }
+    std::snprintf(line, sizeof(line),
+                  "weights loaded in %.2f s: matrices %s, %.1f MiB; resident memory %.1f MiB", secs,
+                  w.layers.empty() ? "-" : w.layers[0].down.format().c_str(),
+                  static_cast<double>(matrix_bytes) / (1 << 20),
                   static_cast<double>(ResidentBytes()) / (1 << 20));
     log(line);
   }

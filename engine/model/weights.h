@@ -16,6 +16,7 @@
 
 #include "engine/common/status_or.h"
 #include "engine/model/model_config.h"
+#include "kernels/quant_matrix.h"
 
 namespace snapserve::model {
 
@@ -24,20 +25,43 @@ using LogFn = std::function<void(const std::string&)>;
 // Writes "[snapserve.model] <line>" to stderr.
 void LogToStderr(const std::string& line);
 
+// A matrix [rows, cols] of a linear layer (or the embedding): a dense tensor,
+// or, on CPU, GGUF blocks kept as the file stores them (kernels/quant_matrix.h).
+// Fused matrices (q/k/v, gate/up) whose parts have different block types,
+// as in llama.cpp's Q4_K_M mixes, keep one QuantMatrix per run of rows of one
+// type; the linear computes each and places its columns.
+struct LinearWeight {
+  at::Tensor dense;                         // defined when not quantized
+  std::vector<kernels::QuantMatrix> parts;  // else: row groups, in order
+
+  bool quantized() const { return !dense.defined(); }
+  int64_t rows() const;
+  int64_t cols() const;
+  // Bytes of weights held (what one use streams from memory).
+  int64_t nbytes() const;
+  // "Q4_1", "Q4_K+Q6_K", or the dense dtype's name.
+  std::string format() const;
+};
+
+// Rows of `parts` stacked in order (all dense, or all quantized: runs of one
+// block type are merged into one QuantMatrix). A mix of dense and quantized
+// parts is made dense in `dtype`.
+LinearWeight StackRows(std::vector<LinearWeight> parts, at::ScalarType dtype);
+
 struct LayerWeights {
   at::Tensor attn_norm;  // [hidden]
-  at::Tensor qkv;        // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]; q, k, v rows
-  at::Tensor o_proj;     // [hidden, num_heads * head_dim]
+  LinearWeight qkv;      // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]; q, k, v rows
+  LinearWeight o_proj;   // [hidden, num_heads * head_dim]
   at::Tensor mlp_norm;   // [hidden]
-  at::Tensor gate_up;    // [2 * intermediate, hidden]; gate rows, then up rows
-  at::Tensor down;       // [hidden, intermediate]
+  LinearWeight gate_up;  // [2 * intermediate, hidden]; gate rows, then up rows
+  LinearWeight down;     // [hidden, intermediate]
 };
 
 struct LlamaWeights {
-  at::Tensor embed;  // [vocab, hidden]
+  LinearWeight embed;  // [vocab, hidden]
   std::vector<LayerWeights> layers;
   at::Tensor final_norm;  // [hidden]
-  at::Tensor lm_head;     // [vocab, hidden]; the same tensor as `embed` when tied
+  LinearWeight lm_head;   // [vocab, hidden]; shares `embed`'s memory when tied
 };
 
 // Provides HF-named tensors from some file format.
@@ -51,6 +75,10 @@ class WeightSource {
                                     at::Device device) = 0;
   // The file that holds `hf_name` (or the source's path), for error messages.
   virtual std::string Where(const std::string& hf_name) const = 0;
+  // A matrix for a linear layer or the embedding. A source whose format has
+  // quantized blocks may keep them (GGUF on CPU); the default loads it dense.
+  virtual StatusOr<LinearWeight> LoadLinear(const std::string& hf_name, at::ScalarType dtype,
+                                            at::Device device);
 };
 
 // Loads and checks every tensor the config calls for. Logs progress (tensors

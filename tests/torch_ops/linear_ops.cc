@@ -1,9 +1,40 @@
-// Torch op for the CPU linear layer (kernels/linear.h), so
-// benchmarks and tests can drive it from Python.
+// Torch ops for the CPU linear layer (kernels/linear.h) and the GGUF block
+// decoders (kernels/quant_blocks.h), so benchmarks and tests can drive them
+// from Python against gguf-py and float64 references.
+#include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include "kernels/linear.h"
+#include "kernels/quant_matrix.h"
+
+namespace snapserve::kernels {
+namespace {
+
+QuantType TypeOf(int64_t ggml_type) {
+  const auto t = quant_type_from_ggml(static_cast<uint32_t>(ggml_type));
+  TORCH_CHECK(t.has_value(), "ggml type ", ggml_type, " is not a supported block format");
+  return *t;
+}
+
+// blocks: uint8 [rows, row_bytes] of `ggml_type` -> float32 [rows, cols].
+at::Tensor GgufDequantize(const at::Tensor& blocks, int64_t ggml_type, int64_t cols) {
+  return dequantize(
+      make_quant_matrix(TypeOf(ggml_type), blocks.size(0), cols, blocks.contiguous(), "blocks"));
+}
+
+at::Tensor LinearQuantized(const at::Tensor& x, const at::Tensor& blocks, int64_t ggml_type,
+                           int64_t cols) {
+  return linear_quantized(
+      x, make_quant_matrix(TypeOf(ggml_type), blocks.size(0), cols, blocks.contiguous(), "blocks"));
+}
+
+}  // namespace
+}  // namespace snapserve::kernels
 
 TORCH_LIBRARY_FRAGMENT(snapserve, m) {
   m.def("linear_float32(Tensor x, Tensor w) -> Tensor", &snapserve::kernels::linear_float32);
+  m.def("gguf_dequantize(Tensor blocks, int ggml_type, int cols) -> Tensor",
+        &snapserve::kernels::GgufDequantize);
+  m.def("linear_quantized(Tensor x, Tensor blocks, int ggml_type, int cols) -> Tensor",
+        &snapserve::kernels::LinearQuantized);
 }

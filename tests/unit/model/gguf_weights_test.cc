@@ -60,13 +60,36 @@ TEST(GgufWeightsTest, ReversesDimsToPyTorchOrder) {
 }
 
 TEST(GgufWeightsTest, UnsupportedTypeNamesFileAndTensor) {
-  std::vector<uint8_t> bytes(144);  // one Q4_K block
-  auto t = DequantizeGgufTensor(Info(GgufType::kQ4_K, {256}, bytes), "/m/model.gguf");
+  // Q8_1 is a ggml type (activations of Q4_1/Q5_1 dot products) that no
+  // model file stores: refused, naming file, tensor and type.
+  std::vector<uint8_t> bytes(40);  // one Q8_1 block
+  auto t = DequantizeGgufTensor(Info(GgufType::kQ8_1, {32}, bytes), "/m/model.gguf");
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(t.status().message().find("/m/model.gguf"), std::string::npos);
   EXPECT_NE(t.status().message().find("blk.0.test.weight"), std::string::npos);
-  EXPECT_NE(t.status().message().find("Q4_K"), std::string::npos) << t.status().ToString();
+  EXPECT_NE(t.status().message().find("Q8_1"), std::string::npos) << t.status().ToString();
+}
+
+TEST(GgufWeightsTest, DequantizesKQuants) {
+  // One Q4_K block: d = 1, dmin = 0.5, scale 2 and min 3 for every sub-block,
+  // every nibble 5 (low) / 7 (high): values 2*5 - 1.5 and 2*7 - 1.5.
+  std::vector<uint8_t> block(144);
+  PutHalf(&block[0], 0x3C00);
+  PutHalf(&block[2], 0x3800);
+  for (int i = 0; i < 4; ++i) {
+    block[4 + i] = 2;      // scales 0-3
+    block[8 + i] = 3;      // mins 0-3
+    block[12 + i] = 0x32;  // scales 4-7 low bits 2, mins 4-7 low bits 3
+  }
+  for (int i = 0; i < 128; ++i) block[16 + i] = 0x75;
+  auto t = DequantizeGgufTensor(Info(GgufType::kQ4_K, {256}, block), "f.gguf");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const float* v = t->data_ptr<float>();
+  for (int e = 0; e < 256; ++e) {
+    const bool high = (e / 32) % 2 == 1;
+    EXPECT_FLOAT_EQ(v[e], (high ? 14.0f : 10.0f) - 1.5f) << e;
+  }
 }
 
 TEST(GgufWeightsTest, MapsHfNamesToGgufNames) {

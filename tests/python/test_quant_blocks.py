@@ -1,0 +1,201 @@
+"""GGUF block formats kept quantized (kernels/quant_blocks.h, quant_matrix.h)
+against the `gguf` package, the oracle: its gguf.quants.dequantize is what
+transformers loads GGUF files with.
+
+- every supported type decodes bit for bit as gguf does, on random valid
+  blocks (random bytes with finite float16 scales) and on every tensor of the
+  default model;
+- the linear over quantized weights vs a float64 reference from the
+  gguf-decoded weights, and bit-equal to the float32 linear on those weights;
+- whole models in every type, written from the default model's tensors
+  (tests/python/reference/gguf_requant.py), against transformers loading the
+  same file: teacher-forced top-1 agreement over 2000+ positions and greedy
+  output.
+"""
+import os
+import pathlib
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may be downloaded
+
+import numpy as np
+import pytest
+import torch
+
+gguf = pytest.importorskip("gguf")
+
+from reference import gguf_requant  # noqa: E402
+
+T = gguf.GGMLQuantizationType
+# type -> byte offsets of its float16 scale fields within a block
+F16_FIELDS = {
+    T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
+    T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+}
+TYPES = list(F16_FIELDS)
+
+
+def _random_blocks(qtype, rows, blocks_per_row, seed):
+    block, nbytes = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, size=(rows * blocks_per_row, nbytes), dtype=np.uint8)
+    for off in F16_FIELDS[qtype]:
+        scales = rng.standard_normal(rows * blocks_per_row).astype(np.float16)
+        data[:, off:off + 2] = scales.view(np.uint8).reshape(-1, 2)
+    return data.reshape(rows, blocks_per_row * nbytes), block * blocks_per_row
+
+
+def _ours(torch_ops, data, qtype, cols):
+    return torch_ops.gguf_dequantize(torch.from_numpy(data.copy()), int(qtype), cols).numpy()
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_decode_matches_gguf_on_random_blocks(torch_ops, qtype):
+    data, cols = _random_blocks(qtype, rows=6, blocks_per_row=4, seed=int(qtype))
+    expected = gguf.quants.dequantize(data, qtype).reshape(6, cols)
+    got = _ours(torch_ops, data, qtype, cols)
+    assert got.shape == expected.shape
+    mismatched = np.flatnonzero(got.view(np.uint32) != expected.view(np.uint32))
+    assert mismatched.size == 0, f"{mismatched.size} values differ, first at {mismatched[:5]}"
+
+
+def test_decode_matches_gguf_on_every_tensor_of_the_default_model(torch_ops, model_path):
+    reader = gguf.GGUFReader(model_path)
+    checked = 0
+    for t in reader.tensors:
+        if t.tensor_type not in F16_FIELDS:
+            continue
+        shape = [int(d) for d in reversed(t.shape)]
+        data = np.ascontiguousarray(t.data).reshape(shape[0] if len(shape) == 2 else 1, -1)
+        expected = gguf.quants.dequantize(t.data, t.tensor_type).reshape(data.shape[0], -1)
+        got = _ours(torch_ops, data, t.tensor_type, expected.shape[1])
+        assert np.array_equal(got.view(np.uint32), expected.view(np.uint32)), t.name
+        checked += 1
+    assert checked >= 200, f"only {checked} quantized tensors in the default model"
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_linear_quantized_vs_float64_reference(torch_ops, qtype):
+    """Error bound: each output is a float32 dot product of K terms kept in 8
+    or 16 lanes (K/8 sequential adds each) plus a lane tree, so its rounding
+    error is at most about (K/8 + 4) * 2^-24 * sum|x_j w_j| (first-order bound
+    for recursive summation). The weights themselves are exact: decoding gives
+    gguf's float32 values, which the reference uses in float64."""
+    data, k = _random_blocks(qtype, rows=37, blocks_per_row=512 // gguf.GGML_QUANT_SIZES[qtype][0],
+                             seed=100 + int(qtype))
+    w = torch.from_numpy(gguf.quants.dequantize(data, qtype).reshape(37, k))
+    blocks = torch.from_numpy(data.copy())
+    for m in (1, 3, 16, 65, 130):  # 65 and 130 take the GEMM path
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+        got = torch_ops.linear_quantized(x, blocks, int(qtype), k)
+        ref = x.double() @ w.double().T
+        bound = (k / 8 + 4) * 2.0**-24 * (x.double().abs() @ w.double().abs().T)
+        excess = ((got.double() - ref).abs() - bound).max().item()
+        assert excess <= 0, f"m={m}: error above the bound by {excess}"
+        # The same arithmetic as the float32 linear on the decoded weights.
+        assert torch.equal(got, torch_ops.linear_float32(x, w)), f"m={m}"
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+def test_test_encoders_write_valid_blocks(qtype):
+    """The K-quant encoders used to build test models: gguf decodes their
+    blocks back to within one quantization step of the input."""
+    rng = np.random.default_rng(int(qtype))
+    values = rng.standard_normal((8, 512)).astype(np.float32)
+    blocks = gguf_requant.quantize(values, qtype.name)
+    back = gguf.quants.dequantize(blocks, qtype).reshape(values.shape)
+    levels = {T.Q4_K: 15, T.Q5_K: 31, T.Q6_K: 63}[qtype]
+    step = 2 * np.abs(values).max() / levels
+    assert np.abs(back - values).max() <= step
+
+
+# --- whole models in every block type, against transformers -----------------
+
+def _legacy_mix(name, shape):
+    """q/k/v in three different types (one fused matrix, three row groups)."""
+    for key, qtype in (("attn_q", "Q8_0"), ("attn_k", "Q4_0"), ("attn_v", "Q5_0"),
+                       ("attn_output", "Q5_1"), ("ffn_gate", "Q4_1"), ("ffn_up", "Q5_1"),
+                       ("ffn_down", "Q8_0"), ("token_embd", "Q8_0")):
+        if key in name:
+            return qtype
+    return None
+
+
+def _k_mix(name, shape):
+    """As llama.cpp's Q4_K_M does for this model: rows of 576 are not a whole
+    number of 256-blocks, so only ffn_down (1536 wide) can be a K-quant; the
+    rest falls back to a legacy type. Layer 0 and 1 get Q2_K and Q3_K so those
+    run end to end too."""
+    if "ffn_down" in name:
+        layer = int(name.split(".")[1])
+        return {0: "Q2_K", 1: "Q3_K"}.get(layer, ("Q4_K", "Q5_K", "Q6_K")[layer % 3])
+    if "token_embd" in name:
+        return "Q8_0"
+    return "Q5_0"
+
+
+MIXES = {"legacy": _legacy_mix, "kquant": _k_mix}
+GPL3 = pathlib.Path("/usr/share/common-licenses/GPL-3")
+PROMPTS = [
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "The quick brown fox jumps over the lazy dog. Once upon a time, in a land far away,",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233,",
+    "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n",
+]
+
+
+@pytest.fixture(scope="module", params=list(MIXES))
+def mixed_model(request, model_path, tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    root = tmp_path_factory.mktemp(f"gguf_{request.param}")
+    path = root / f"smollm2-{request.param}.gguf"
+    gguf_requant.requantize_file(str(model_path), str(path), MIXES[request.param])
+    tok = AutoTokenizer.from_pretrained(root, gguf_file=path.name)
+    hf = AutoModelForCausalLM.from_pretrained(root, gguf_file=path.name,
+                                              dtype=torch.float32).eval()
+    return path, hf, tok
+
+
+def _hf_greedy(model, ids, max_new):
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), use_cache=True)
+        past, tokens = out.past_key_values, []
+        for _ in range(max_new):
+            nxt = int(out.logits[0, -1].argmax())
+            tokens.append(nxt)
+            out = model(torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+    return tokens
+
+
+@pytest.mark.slow
+def test_mixed_model_types_are_kept(mixed_model):
+    """The file really holds the mix (guards the test itself)."""
+    path, _, _ = mixed_model
+    types = {t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
+    wanted = {"legacy": {"Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_1"},
+              "kquant": {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q8_0"}}
+    assert wanted[path.stem.split("-")[1]] <= types, types
+
+
+@pytest.mark.slow
+def test_mixed_model_top1_agreement_with_transformers(torch_ops, mixed_model):
+    path, hf, tok = mixed_model
+    ids = tok(GPL3.read_text())["input_ids"][:2048]
+    assert len(ids) >= 2000
+    with torch.no_grad():
+        expected = hf(torch.tensor([ids])).logits[0].float()
+    got = torch_ops.model_logits(str(path), "float32", ids)
+    agreement = (got.argmax(-1) == expected.argmax(-1)).float().mean().item()
+    assert agreement >= 0.99, f"top-1 agreement {agreement:.4f}"
+    assert (got - expected).abs().max().item() <= 1e-2
+
+
+@pytest.mark.slow
+def test_mixed_model_greedy_matches_transformers(torch_ops, mixed_model):
+    path, hf, tok = mixed_model
+    for text in PROMPTS:
+        ids = tok(text)["input_ids"]
+        expected = _hf_greedy(hf, ids, 32)
+        got = list(torch_ops.model_greedy(str(path), "float32", ids, 32))
+        assert got == expected, f"{text[:30]!r}: {tok.decode(got)!r} != {tok.decode(expected)!r}"

@@ -98,7 +98,8 @@ RUN { [ -e /usr/local/cuda/lib ] || ln -s lib64 /usr/local/cuda/lib; } \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin snapserve
 
-# Defaults; the Kubernetes ConfigMap overrides them (SNAPSERVE_<FLAG>, DESIGN.md §2).
+# Defaults; the Kubernetes ConfigMap overrides them (SNAPSERVE_<FLAG>,
+# docs/architecture.md, "Configuration").
 ENV SNAPSERVE_MODEL=/models/SmolLM2-135M-Instruct.Q4_1.gguf \
     SNAPSERVE_HOST=0.0.0.0 \
     SNAPSERVE_PORT=50051 \

@@ -1,4 +1,4 @@
-"""Shared helpers of the snapserve benchmarks (DESIGN.md §9).
+"""Shared helpers of the snapserve benchmarks (docs/testing-and-measuring.md, "Benchmarks").
 
 * a real `snapserve` child process on free loopback ports (start/stop, SIGTERM),
 * Python gRPC stubs generated with grpcio-tools (as the tests' `pb` fixture),

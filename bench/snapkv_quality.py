@@ -1,12 +1,13 @@
-"""Benchmark: what SnapKV costs in quality on the real model (DESIGN.md §8, §9).
+"""Benchmark: what SnapKV costs in quality on the real model
+(docs/testing-and-measuring.md, "Benchmarks").
 
 Runs through the Python pipeline (tests/python/reference/hf_snapkv_pipeline.py:
-transformers float32 SmolLM2-135M-Instruct from the GGUF + the §5 numpy
-reference), which tests/python/test_snapkv_e2e.py checks token-identical to the
-server's SnapKV path. One prefill per prompt serves every budget: the prompt's
-own attention is the same with and without SnapKV (§5 step 8), only the cache
-kept for decoding differs. Budgets: full KV and C in --capacities, w=32, k=7,
-max pooling (the server defaults except C).
+transformers float32 SmolLM2-135M-Instruct from the GGUF + the docs/snapkv.md
+numpy reference), which tests/python/test_snapkv_e2e.py checks token-identical
+to the server's SnapKV path. One prefill per prompt serves every budget: the
+prompt's own attention is the same with and without SnapKV (docs/snapkv.md, step
+8), only the cache kept for decoding differs. Budgets: full KV and C in
+--capacities, w=32, k=7, max pooling (the server defaults except C).
 
 1. Passkey retrieval: a 5-digit key hidden at a depth of a filler haystack,
    asked for through SmolLM2's chat template (system prompt of the template,

@@ -219,7 +219,8 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
         "stopping.max_new_tokens: prompt (" + std::to_string(n) + " tokens) + max_new_tokens (" +
         std::to_string(max_new) + ") exceeds the context length " + std::to_string(mc.max_context));
   }
-  // Reserve every entry the request can ever hold (DESIGN.md §6).
+  // Reserve every entry the request can ever hold (docs/kv-cache-and-scheduling.md,
+  // "Admission and reservation").
   const int64_t reserve = compress::KeptEntries(*compression, n) + max_new;
   if (!m.cache->CanEverFit(reserve)) {
     return Status::ResourceExhausted("request needs " + std::to_string(reserve) +

@@ -1,8 +1,9 @@
-// The engine's whole public face (STYLE.md: TensorRT-LLM's executor.h): start
+// The engine's whole public face (modelled on TensorRT-LLM's executor.h): start
 // it on a model, enqueue requests with a sink, cancel them by id, shut it
 // down. Everything else lives behind the pimpl. This header includes no
 // LibTorch, gRPC or protobuf header, so the server can include it while never
-// seeing LibTorch's include directories (DESIGN.md §3).
+// seeing LibTorch's include directories (docs/architecture.md, "Build targets
+// and dependencies").
 #pragma once
 
 #include <chrono>
@@ -32,8 +33,10 @@ struct EngineOptions {
   int max_queue = 256;
   int max_new_tokens_limit = 4096;
   int default_max_new_tokens = 256;
-  // Most prompt tokens prefilled in one scheduler iteration before running a
-  // decode step, so that long prompts arriving do not starve running streams.
+  // Most prompt tokens in prefill at once: admission adds no prompt beyond it,
+  // except that the head of the queue is admitted whatever its length when no
+  // other prompt is in prefill. Not a server flag. (What keeps running streams
+  // going while long prompts arrive is prefill_chunk_tokens.)
   int64_t max_prefill_tokens_per_step = 4096;
   // While other requests decode, prefill work between two decode steps, in
   // prompt tokens' worth of whole layers (scheduler.h); 0: whole prompts.

@@ -1,6 +1,6 @@
 // Checks of a GenerationRequest that need no model state beyond a few
 // numbers: each failure is INVALID_ARGUMENT naming the field as the API
-// spells it (DESIGN.md §4), so a client can tell exactly what to fix.
+// spells it (docs/api.md, "Validation"), so a client can tell exactly what to fix.
 // Context-length checks, which need the tokenized prompt, live in the engine.
 #pragma once
 

@@ -5,11 +5,12 @@
 // - bfloat16 weights are how a bfloat16 model runs on CPU
 //   (engine/model/llama_model.h): half the memory and bandwidth of float32,
 //   while activations are never rounded to 8 mantissa bits.
-// - Decode-sized inputs (m <= kLinearSmallRows rows) take a fixed-order
-//   kernel: each output element is one dot product over K in a fixed order,
-//   whatever m is, so a sequence's logits do not depend on what else is in the
-//   batch (DESIGN.md §6), and weights stream from memory once per call at
-//   close to the machine's read bandwidth (decode is bandwidth bound).
+// - Decode-sized inputs (m <= kLinearSmallRows rows) take a fixed-order kernel:
+//   each output element is one dot product over K in a fixed order, whatever m
+//   is, so a sequence's logits do not depend on what else is in the batch
+//   (docs/kv-cache-and-scheduling.md, "Batching invariance"), and weights
+//   stream from memory once per call at close to the machine's read bandwidth
+//   (decode is bandwidth bound).
 // - Larger m (prompt prefill) uses LibTorch's float32 GEMM; bfloat16 weights
 //   and quantized weights are decoded for it in cache-sized slices. Those rows come from another
 //   reduction order, which is fine: prefill never mixes sequences.

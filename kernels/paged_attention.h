@@ -1,7 +1,8 @@
-// Paged decode attention (DESIGN.md §6): one new query token per sequence
-// attends over that sequence's cached K/V entries, which live in fixed-size
-// blocks of a shared pool addressed through a block table. Knows nothing of
-// requests or of how blocks are allocated (engine/kv owns that).
+// Paged decode attention (docs/kv-cache-and-scheduling.md, "Decode step"): one
+// new query token per sequence attends over that sequence's cached K/V entries,
+// which live in fixed-size blocks of a shared pool addressed through a block
+// table. Knows nothing of requests or of how blocks are allocated (engine/kv
+// owns that).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,4 +1,4 @@
-// SnapKV selection (DESIGN.md §5): which prompt positions each KV head keeps,
+// SnapKV selection (docs/snapkv.md): which prompt positions each KV head keeps,
 // and the gather that copies them out. Owns the math of steps 2-7 only; it
 // never sees a request, a block table or a layer index (the compress policy
 // and the KV cache decide when and where the kept entries go).

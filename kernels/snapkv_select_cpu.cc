@@ -1,4 +1,4 @@
-// CPU path of snapkv_select / snapkv_gather (DESIGN.md §5 steps 2-7). Inputs
+// CPU path of snapkv_select / snapkv_gather (docs/snapkv.md, steps 2-7). Inputs
 // arrive checked by kernels/snapkv_select.cc.
 //
 // Every score is computed with plain float32 loops in a fixed order rather than

@@ -1,4 +1,4 @@
-// CUDA path of snapkv_select / snapkv_gather (DESIGN.md §5 steps 3-7). No
+// CUDA path of snapkv_select / snapkv_gather (docs/snapkv.md, steps 3-7). No
 // LibTorch headers here: kernels/snapkv_select.cc checks the tensors, converts
 // them to float32, allocates scratch and calls the launchers below in order on
 // the current stream.

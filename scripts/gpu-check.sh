@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# GPU checks on the lent GPU machine (DESIGN.md §9): builds kernels + engine +
-# their tests with SNAPSERVE_BUILD_SERVER=OFF against that machine's own
-# PyTorch, runs the GPU tests (CUDA path vs CPU path) and writes results to
-# the folder named by $1. That machine has no network, no gRPC, no GoogleTest
-# and no nlohmann-json, so run `scripts/gpu-check.sh --prepare` here first: it
-# copies Debian's header-only nlohmann-json and GoogleTest sources into
-# .deps/gpu-carry (an ignored folder the device tool can carry).
+# GPU checks on the lent GPU machine (docs/testing-and-measuring.md, "GPU
+# checks"): builds kernels + engine + their tests with
+# SNAPSERVE_BUILD_SERVER=OFF against that machine's own PyTorch, runs the GPU
+# tests (CUDA path vs CPU path) and writes results to the folder named by $1.
+# That machine has no network, no gRPC, no GoogleTest and no nlohmann-json, so
+# run `scripts/gpu-check.sh --prepare` here first: it copies Debian's
+# header-only nlohmann-json and GoogleTest sources into .deps/gpu-carry (an
+# ignored folder the device tool can carry).
 #
 #   scripts/gpu-check.sh --prepare          # on a dev machine
 #   scripts/gpu-check.sh OUT_DIR            # on the GPU machine; < 8 minutes

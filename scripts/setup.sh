@@ -25,7 +25,8 @@ APT_PACKAGES=(
   libsentencepiece-dev prometheus openssl clang-format clang-tidy
 )
 # prometheus-cpp 1.0.2 and kustomize exist only in Debian 13 (trixie); their
-# .debs are unpacked into .deps/ instead of installed (DESIGN.md §3).
+# .debs are unpacked into .deps/ instead of installed (docs/architecture.md,
+# "Build targets and dependencies").
 TRIXIE_PROMETHEUS=(prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0)
 TRIXIE_KUSTOMIZE=(kustomize)
 

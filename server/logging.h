@@ -1,6 +1,7 @@
 // Structured logs: every line is one JSON object on stderr, written through
 // spdlog, so that CloudWatch / Loki queries can read fields directly (the
-// seed's queries read the `inference_complete` event, DESIGN.md §7).
+// seed's queries read the `inference_complete` event; events and fields:
+// docs/metrics.md, "Logs").
 #pragma once
 
 #include <nlohmann/json.hpp>

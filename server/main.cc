@@ -179,7 +179,6 @@ int Run(const ServerConfig& config) {
   service.SetDraining(true);
   health->SetServingStatus(false);
   const bool idle = service.in_flight().WaitIdle(config.shutdown_grace_s);
-  // Calls still running after the grace are cancelled by Shutdown's deadline.
   // Calls still running after the grace end with UNAVAILABLE from the
   // engine's shutdown; Shutdown's deadline then cancels anything left.
   (*engine)->Shutdown();

@@ -1,7 +1,9 @@
-// Prometheus metrics of DESIGN.md §7, served by prometheus-cpp on their own
-// port. The server records per-request figures when a call ends; the engine's
-// batch-level figures (KV usage, queue, batch size, inter-token latency) reach
-// it through the setters below. Never touches tensors or gRPC types.
+// Prometheus metrics (names and labels: docs/metrics.md), kept in a
+// prometheus-cpp registry and served on their own port by the project's own
+// HTTP server (metrics_http.h), not by prometheus-cpp's exposer. The server
+// records per-request figures when a call ends; the engine's batch-level
+// figures (KV usage, queue, batch size, inter-token latency) reach it through
+// the setters below. Never touches tensors or gRPC types.
 #pragma once
 
 #include <cstdint>

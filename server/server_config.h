@@ -38,7 +38,7 @@ struct ServerConfig {
   // Prefill work between two decode steps while others decode (engine.h).
   int prefill_chunk_tokens = 512;
 
-  // SnapKV defaults (DESIGN.md §5).
+  // SnapKV defaults (docs/snapkv.md, "Parameters").
   std::string default_kv_method = "snapkv";
   int snapkv_window = 32;
   int snapkv_capacity = 1024;

@@ -1,7 +1,8 @@
 // Errors cross module boundaries as a Status value, never as exceptions
-// (STYLE.md, Triton's status.h). The codes mirror the gRPC status codes the
-// server maps them to in exactly one place (server/status_mapping), but this
-// header includes nothing from gRPC.
+// (modelled on Triton's status.h). The codes mirror the gRPC status codes the
+// server maps them to in exactly one place (ToGrpc in
+// server/request_conversion.cc; docs/api.md, "Status codes"), but this header
+// includes nothing from gRPC.
 #pragma once
 
 #include <string>

@@ -1,9 +1,9 @@
 // The SnapKV compression policy of one request: the server's defaults merged
 // with the request's KvCompression overrides, validated once at admission so
 // that kernels/snapkv_select never sees a bad parameter. Owns only parameter
-// rules (DESIGN.md §4 status codes, §5); applying the selection to a layer's
-// K/V is the KV cache's business. Includes no LibTorch or gRPC header: the
-// request-validation path can use it.
+// rules (docs/snapkv.md, "Parameters"; docs/api.md, "Validation"); applying the
+// selection to a layer's K/V is the KV cache's business. Includes no LibTorch
+// or gRPC header: the request-validation path can use it.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +46,7 @@ StatusOr<CompressionConfig> ResolveCompression(const CompressionConfig& server_d
                                                int64_t max_context);
 
 // Prompt entries kept per layer and KV head for a prompt of n tokens: n when
-// n <= C or the method is none (step 1 of §5), else C.
+// n <= C or the method is none (docs/snapkv.md, step 1), else C.
 int64_t KeptEntries(const CompressionConfig& config, int64_t n);
 
 // True when a prompt of n tokens gets compressed at all.

@@ -1,6 +1,6 @@
 // Applies a request's SnapKV policy to its KV cache: builds the per-sequence
 // KvSelector that PagedKvCache calls right after each prefill layer's
-// attention (DESIGN.md §5 step 9), so only one layer's full K/V is alive at a
+// attention (docs/snapkv.md, step 9), so only one layer's full K/V is alive at a
 // time. The selection itself is kernels/snapkv_select; this file only cuts
 // the observation window out of the queries and times the work.
 #pragma once

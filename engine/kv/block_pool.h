@@ -1,6 +1,7 @@
 // BlockPool: the fixed set of KV-cache block ids shared by every sequence
-// (DESIGN.md §6). It hands out and takes back integer ids only; the memory the
-// ids index lives in PagedKvCache's per-layer tensors. It never touches tensors.
+// (docs/kv-cache-and-scheduling.md, "Paged KV cache"). It hands out and takes
+// back integer ids only; the memory the ids index lives in PagedKvCache's
+// per-layer tensors. It never touches tensors.
 //
 // Thread-compatible, not thread-safe: the scheduler thread owns the pool and is
 // the only caller (admission, growth and release all happen on that thread).

@@ -1,8 +1,8 @@
 // BlockTable: one sequence's logical-to-physical map into the BlockPool
-// (DESIGN.md §6). Token t of the sequence lives in block block_ids[t / B] at
-// offset t % B (B = block_size). One table serves every layer and KV head,
-// because every layer and head keeps the same number of entries. It owns ids,
-// not memory, and never touches tensors.
+// (docs/kv-cache-and-scheduling.md, "Paged KV cache"). Token t of the sequence
+// lives in block block_ids[t / B] at offset t % B (B = block_size). One table
+// serves every layer and KV head, because every layer and head keeps the same
+// number of entries. It owns ids, not memory, and never touches tensors.
 //
 // Thread-compatible: used only on the scheduler thread, like the pool.
 #pragma once

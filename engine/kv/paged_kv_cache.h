@@ -1,11 +1,12 @@
-// PagedKvCache: the serving engine's KvStore (DESIGN.md §6). Owns the
-// per-layer key/value cache tensors, each [num_blocks, num_kv_heads,
-// block_size, head_dim] on the model's device and dtype, the BlockPool that
-// hands out their blocks and one BlockTable per sequence, shared by every
-// layer and KV head. Prefill writes what a per-sequence selector keeps
-// (everything by default; SnapKV plugs in there); decode appends one entry per
-// sequence and runs the paged attention kernel. It never decides admission or
-// compression policy: the scheduler asks it for room, the selector for entries.
+// PagedKvCache: the serving engine's KvStore (docs/kv-cache-and-scheduling.md,
+// "Paged KV cache"). Owns the per-layer key/value cache tensors, each
+// [num_blocks, num_kv_heads, block_size, head_dim] on the model's device and
+// dtype, the BlockPool that hands out their blocks and one BlockTable per
+// sequence, shared by every layer and KV head. Prefill writes what a
+// per-sequence selector keeps (everything by default; SnapKV plugs in there);
+// decode appends one entry per sequence and runs the paged attention kernel. It
+// never decides admission or compression policy: the scheduler asks it for
+// room, the selector for entries.
 //
 // Thread-compatible: the scheduler thread owns it (no locking). The KvStore
 // methods report misuse and an exhausted pool by throwing c10::Error, as every

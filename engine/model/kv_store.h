@@ -1,6 +1,6 @@
 // KvStore: the one seam between the forward pass (llama_model.h) and a KV
 // cache. The model computes post-RoPE q/k/v and hands them over; the store
-// decides what to keep (everything, or a SnapKV selection, DESIGN.md §5) and
+// decides what to keep (everything, or a SnapKV selection, docs/snapkv.md) and
 // how to attend over it during decoding (dense tensors, paged blocks, CPU or
 // CUDA kernels). The model never holds K/V across calls.
 //

@@ -1,8 +1,9 @@
-// Token sampling for the engine (DESIGN.md §4 SamplingParams). Each request
-// owns a Sampler holding its parameters, its own random generator and the
-// token history the repetition penalty reads, so a request's tokens depend on
-// its seed and its own history only, never on which other requests share the
-// batch. Knows nothing of tokenizers, stop conditions or the scheduler.
+// Token sampling for the engine (docs/api.md, "GenerateRequest", `sampling`).
+// Each request owns a Sampler holding its parameters, its own random generator
+// and the token history the repetition penalty reads, so a request's tokens
+// depend on its seed and its own history only, never on which other requests
+// share the batch. Knows nothing of tokenizers, stop conditions or the
+// scheduler.
 //
 // Pipeline per row, in this order (as transformers' generate applies it):
 //   repetition penalty -> greedy argmax if temperature == 0, else

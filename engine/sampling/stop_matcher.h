@@ -1,10 +1,10 @@
 // StopMatcher: decides when a request stops and how much of its detokenized
-// text may be streamed so far (DESIGN.md §4 StoppingCriteria). Stop sequences
-// are matched on the TEXT, so one spanning several tokens is caught; text that
-// could still be the start of a stop sequence is held back until the next
-// token decides, so a stop sequence never leaks partially into the stream.
-// Bytes of an incomplete UTF-8 character at the end are held back as well.
-// Knows nothing of tokenizers or sampling.
+// text may be streamed so far (docs/api.md, "GenerateRequest", `stopping`).
+// Stop sequences are matched on the TEXT, so one spanning several tokens is
+// caught; text that could still be the start of a stop sequence is held back
+// until the next token decides, so a stop sequence never leaks partially into
+// the stream. Bytes of an incomplete UTF-8 character at the end are held back
+// as well. Knows nothing of tokenizers or sampling.
 //
 // Thread-compatible: one per request.
 #pragma once

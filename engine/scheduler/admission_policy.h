@@ -1,13 +1,14 @@
 // Admission: which waiting requests join the running batch this iteration.
 // A plain function of numbers (free blocks, batch room, prefill budget) so it
-// is unit-tested without a model (STYLE.md: TensorRT-LLM's capacityScheduler).
+// is unit-tested without a model (modelled on TensorRT-LLM's capacityScheduler).
 //
-// Policy (DESIGN.md §6): first come, first served. Each request reserves, at
-// admission, every block it can ever need — min(n, C) prompt entries plus
-// max_new_tokens — so a running request never fails for lack of blocks. The
-// head of the queue blocks those behind it (no overtaking), so a large request
-// is never starved by a stream of small ones. A request that could not fit
-// even in an empty cache is refused before it is queued (RESOURCE_EXHAUSTED).
+// Policy (docs/kv-cache-and-scheduling.md, "Admission and reservation"): first
+// come, first served. Each request reserves, at admission, every block it can
+// ever need — min(n, C) prompt entries plus max_new_tokens — so a running
+// request never fails for lack of blocks. The head of the queue blocks those
+// behind it (no overtaking), so a large request is never starved by a stream of
+// small ones. A request that could not fit even in an empty cache is refused
+// before it is queued (RESOURCE_EXHAUSTED).
 #pragma once
 
 #include <cstdint>

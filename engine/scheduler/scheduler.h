@@ -1,4 +1,5 @@
-// The continuous-batching loop (DESIGN.md §1, §6). One thread owns the model,
+// The continuous-batching loop (docs/kv-cache-and-scheduling.md, "The scheduler
+// loop"; docs/architecture.md, "Threads and locks"). One thread owns the model,
 // the paged KV cache and every admitted sequence. Each iteration it
 //   1. takes new requests and cancellations from the inbox,
 //   2. ends cancelled and expired requests (blocks freed at once),
@@ -11,7 +12,8 @@
 //      whole prefill,
 //   5. runs one batched decode step for every running sequence,
 //   6. samples, detokenizes, matches stops and streams deltas to each sink.
-// Other threads only touch the inbox (under a mutex) and atomic statistics.
+// Other threads only touch the inbox, the cancellation set and the observer
+// (under mu_) and atomic statistics.
 #pragma once
 
 #include <atomic>
@@ -69,8 +71,9 @@ class Scheduler {
   void AdvancePrefills();
   void FinishPrefill(std::unique_ptr<Sequence> seq);
   void DecodeStep();
-  // Feeds one sampled token through stop matching and streaming; returns
-  // true when the sequence finished (and was removed).
+  // Feeds one sampled token through stop matching and streaming; sets
+  // *finished to true when the sequence finished (its sink got OnFinish and its
+  // blocks were freed; the caller drops it), else to false.
   void HandleToken(Sequence& seq, int32_t token, Clock::time_point now, bool* finished);
   void Finish(Sequence& seq, const Status& status, engine::FinishReason reason);
   void PublishStats();

@@ -5,7 +5,8 @@
 //   normalization, dummy prefix and byte fallback). The directory's
 //   tokenizer.json, when there is one, is HF's conversion of this file; it is
 //   read only for its added tokens (where a conversion and the original
-//   disagree, snapserve follows the original; DESIGN.md §8).
+//   disagree, snapserve follows the original; docs/testing-and-measuring.md,
+//   "Oracles, not self-agreement").
 // - control pieces (<s>, </s>) and the unknown piece are special added tokens
 //   matched in the text, as HF's conversion declares them; every stretch of
 //   text between added tokens gets its own dummy prefix ("legacy" rules: the

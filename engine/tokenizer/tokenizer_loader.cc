@@ -79,7 +79,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& 
   if (*model == "llama") {
     // A SentencePiece vocabulary as GGUF arrays: running it through the
     // sentencepiece library would mean building its ModelProto (protobuf)
-    // inside the engine, which never links protobuf (DESIGN.md §3).
+    // inside the engine, which never links protobuf (docs/architecture.md, "Build
+    // targets and dependencies").
     return Status::InvalidArgument(
         gguf.path() +
         ": tokenizer.ggml.model 'llama' (a SentencePiece vocabulary stored in GGUF metadata) "

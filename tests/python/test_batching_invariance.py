@@ -1,7 +1,8 @@
-"""The batcher's core invariant (DESIGN.md §6): a request's greedy output is
-identical whether it ran alone or in a batch with any others. 32 requests,
-prompts of 16-3000 tokens, random arrival times, a mix of SnapKV budgets and
-no compression, through a real snapserve process."""
+"""The batcher's core invariant (docs/kv-cache-and-scheduling.md, "Batching
+invariance"): a request's greedy output is identical whether it ran alone or in
+a batch with any others. 32 requests, prompts of 16-3000 tokens, random arrival
+times, a mix of SnapKV budgets and no compression, through a real snapserve
+process."""
 import random
 import threading
 import time

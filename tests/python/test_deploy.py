@@ -532,6 +532,6 @@ def test_metric_names_exist_in_real_scrape(start_server, model_path):
         if "histogram_quantile" in expr:
             assert "_bucket" in expr, f"{where}: histogram_quantile without a _bucket series"
     assert not missing, "metric names not exported by snapserve:\n" + "\n".join(missing)
-    # Every DESIGN.md section 7 family shows up somewhere in the dashboard or rules.
+    # Every metric family of docs/metrics.md shows up somewhere in the dashboard or rules.
     unused = sorted(f for f in families if not any(u == f or u.startswith(f + "_") for u in used))
     assert not unused, f"exported metrics that no dashboard/rule/autoscaler uses: {unused}"

@@ -1,4 +1,4 @@
-"""A real Prometheus scrapes a real snapserve (DESIGN.md §7): after a known set
+"""A real Prometheus scrapes a real snapserve (docs/metrics.md): after a known set
 of requests, PromQL over the scraped series gives back exactly what was sent."""
 import json
 import shutil

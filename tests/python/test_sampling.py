@@ -2,7 +2,8 @@
 definitions computed here in torch, and against transformers' logits
 processors.
 
-Reference definition (DESIGN.md §4 SamplingParams; transformers' order):
+Reference definition (docs/api.md, "GenerateRequest", `sampling`;
+transformers' order):
 repetition penalty (RepetitionPenaltyLogitsProcessor) -> greedy argmax (ties
 to the lowest id) when temperature == 0, else logits / temperature -> keep the
 top_k largest (ties to lower ids) -> keep the smallest prefix of the

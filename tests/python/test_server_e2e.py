@@ -1,9 +1,10 @@
 """The Generation service end to end: a real `snapserve` process serving the
-real SmolLM2 GGUF, real grpcio clients (DESIGN.md §4, §7, §8).
+real SmolLM2 GGUF, real grpcio clients (docs/api.md, docs/metrics.md,
+docs/testing-and-measuring.md).
 
 Oracles: transformers' greedy continuation of the same GGUF, the server's own
-Tokenize for prompt lengths, the §4 status-code table, and the /metrics text
-(free blocks back to the total after cancellations and deadlines).
+Tokenize for prompt lengths, the status-code table of docs/api.md, and the
+/metrics text (free blocks back to the total after cancellations and deadlines).
 
 Most tests share one module-scoped server (loading takes seconds on the CPU);
 the SIGTERM test starts its own. Prompts and generation lengths are kept small:
@@ -487,7 +488,7 @@ def test_request_id_echoed_and_generated(stub, pb, server):
         assert len(ids) == 1 and "" not in ids
         generated |= ids
     assert len(generated) == 4  # fresh ids, never reused
-    # One JSON log line per finished request, with the fields of DESIGN.md §7.
+    # One JSON log line per finished request, with the fields of docs/metrics.md, "Logs".
     def log_line():
         for line in server.logs().splitlines():
             if '"my-id-42"' in line and "inference_complete" in line:

@@ -1,12 +1,14 @@
-"""SnapKV end to end: the real server against a Python pipeline (DESIGN.md §5, §8).
+"""SnapKV end to end: the real server against a Python pipeline (docs/snapkv.md,
+docs/testing-and-measuring.md).
 
 The oracle is tests/python/reference/hf_snapkv_pipeline.py: transformers'
 float32 SmolLM2 (the same GGUF, dequantized by transformers' loader) prefills
 the prompt with full attention, each layer's K/V is compressed by the
-independent numpy reference of §5 (tests/python/reference/snapkv.py), and
-greedy decoding continues at the true positions n, n+1, ... over the kept
-entries. The server must produce the same tokens for natural-text prompts of
-2K-6K tokens, C in {256, 512, 1024}, max and avg pooling.
+independent numpy reference of docs/snapkv.md
+(tests/python/reference/snapkv.py), and greedy decoding continues at the true
+positions n, n+1, ... over the kept entries. The server must produce the same
+tokens for natural-text prompts of 2K-6K tokens, C in {256, 512, 1024}, max and
+avg pooling.
 
 Token ids come from the server's own Tokenize (both sides then see the same
 ids). The pipeline is itself checked first: with C >= n it is plain greedy
@@ -118,7 +120,7 @@ def test_pipeline_without_compression_is_plain_greedy(pipe, prompts):
     ids = prompts["Apache-2.0"][:300]
     pre = pipe.prefill(ids)
     comp = pipe.compress(pre, window=32, capacity=1024, kernel_size=7, pooling="max")
-    assert comp.entries == len(ids)  # n <= C: everything kept (§5 step 1)
+    assert comp.entries == len(ids)  # n <= C: everything kept (docs/snapkv.md, step 1)
     got = pipe.greedy(pre, comp, 16)
     with torch.no_grad():
         expected = pipe.model.generate(torch.tensor([ids]), max_new_tokens=16, min_new_tokens=16,

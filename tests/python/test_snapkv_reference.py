@@ -1,5 +1,5 @@
 """kernels/snapkv_select (CPU and CUDA) against the independent reference in
-tests/python/reference/snapkv.py (DESIGN.md §5, §8).
+tests/python/reference/snapkv.py (docs/snapkv.md, docs/testing-and-measuring.md).
 
 Tie tolerance. Both sides compute float32 scores, but not with bit-identical
 arithmetic: the reference uses BLAS for Q·Kᵀ and numpy's own exp and pairwise

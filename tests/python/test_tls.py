@@ -1,6 +1,6 @@
 """TLS and mutual TLS on the gRPC port, with certificates made by the
-`openssl` CLI in tmp_path and real grpcio clients (DESIGN.md §4, README flags
---tls-cert/--tls-key/--tls-client-ca)."""
+`openssl` CLI in tmp_path and real grpcio clients (docs/api.md, "Services";
+README flags --tls-cert/--tls-key/--tls-client-ca)."""
 import subprocess
 
 import grpc

@@ -1,15 +1,16 @@
-"""SnapKV end to end in Python: transformers' float32 model + the §5 reference.
+"""SnapKV end to end in Python: transformers' float32 model + the SnapKV reference.
 
-This is the oracle the server's SnapKV path is compared with (DESIGN.md §8).
-It shares no code with the C++ engine:
+This is the oracle the server's SnapKV path is compared with
+(docs/testing-and-measuring.md, "Oracles, not self-agreement"). It shares no
+code with the C++ engine:
 
 1. prefill: the prompt (n tokens) runs once through transformers' own forward
    (full attention, sdpa). A registered attention function records, for every
    layer, the post-RoPE queries of the last `max_window` positions and the
    post-RoPE keys/values of all n positions (exactly what the model attends
    with), then delegates to transformers' sdpa attention. The last position's
-   logits give the first generated token (§5 step 8: the prompt itself used the
-   full K/V).
+   logits give the first generated token (docs/snapkv.md, step 8: the prompt
+   itself used the full K/V).
 2. compress: each layer's K/V goes through tests/python/reference/snapkv.py
    (per KV head, mean over the GQA group, pooling, top C-w + window, kept in
    increasing position order).
@@ -137,7 +138,7 @@ class SnapKVPipeline:
 
     def compress(self, pre, window, capacity, kernel_size=7, pooling="max",
                  group_reduce="mean"):
-        """§5 per layer through the reference; everything when n <= capacity."""
+        """docs/snapkv.md per layer through the reference; everything when n <= capacity."""
         n = pre.n
         keys, values, positions = [], [], []
         for layer in range(self.num_layers):

@@ -1,10 +1,10 @@
-"""SnapKV as DESIGN.md §5 states it, written from the spec text in plain numpy.
+"""SnapKV as docs/snapkv.md states it, written from the spec text in plain numpy.
 
 Deliberately straightforward, not fast: a full softmax with an explicit causal
 mask, one query head at a time, and a stable argsort for "ties keep the lower
 position". It shares no code with kernels/snapkv_select*.
 
-All arithmetic is float32 (the spec's softmax_fp32); bfloat16/float16 inputs
+All arithmetic is float32 (the spec's float32 softmax); bfloat16/float16 inputs
 are upcast to float32 first, exactly as the C++ code does.
 """
 import numpy as np
@@ -22,7 +22,7 @@ def to_f32(x):
 
 
 def check_params(n, window, capacity, kernel_size, pooling="max", group_reduce="mean"):
-    """Raises ValueError for parameters §5 does not define."""
+    """Raises ValueError for parameters docs/snapkv.md does not define."""
     if window < 1:
         raise ValueError(f"window must be at least 1, got {window}")
     if kernel_size < 1 or kernel_size % 2 == 0:

@@ -52,13 +52,16 @@ class SnapserveProcess:
         self.log.flush()
         return self.log_path.read_text(errors="replace")
 
-    def wait_serving(self, timeout=120):
-        """Polls grpc.health.v1 (plaintext) until SERVING; ServerError if the
-        process exits first or `timeout` seconds pass."""
+    def wait_serving(self, timeout=120, credentials=None):
+        """Polls grpc.health.v1 until SERVING, in plaintext or, given channel
+        `credentials`, over TLS; ServerError if the process exits first or
+        `timeout` seconds pass."""
         import grpc
         from grpc_health.v1 import health_pb2, health_pb2_grpc
         deadline = time.time() + timeout
-        with grpc.insecure_channel(self.target) as channel:
+        channel = (grpc.insecure_channel(self.target) if credentials is None
+                   else grpc.secure_channel(self.target, credentials))
+        with channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.time() < deadline:
                 if self.proc.poll() is not None:

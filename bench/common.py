@@ -1,10 +1,11 @@
 """Shared helpers of the snapserve benchmarks (docs/testing-and-measuring.md, "Benchmarks").
 
 * a real `snapserve` child process on free loopback ports (start/stop, SIGTERM),
-* Python gRPC stubs generated with grpcio-tools (as the tests' `pb` fixture),
+  Python gRPC stubs and the /metrics parser, from snapserve_testkit/ (shared
+  with tests/python),
 * prompts of exactly n tokens built from the server's own tokenizer,
 * a streaming call that records each delta's arrival time,
-* a /metrics scraper, machine info, a numpy memory-bandwidth probe, JSON output.
+* machine info, a numpy memory-bandwidth probe, JSON output.
 
 Nothing here is timed against a threshold: the scripts only record figures.
 """
@@ -13,113 +14,40 @@ import json
 import os
 import pathlib
 import platform
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-
-def build_dir():
-    return pathlib.Path(os.environ.get("SNAPSERVE_BUILD_DIR", ROOT / "build"))
-
-
-def model_path():
-    return pathlib.Path(os.environ.get("SNAPSERVE_MODEL", DEFAULT_MODEL))
-
-
-# --- stubs -------------------------------------------------------------------
-
-_PB = None
-
-
-def pb():
-    """(generation_pb2, generation_pb2_grpc), generated into BUILD_DIR/python_gen."""
-    global _PB
-    if _PB is not None:
-        return _PB
-    import importlib
-
-    from grpc_tools import protoc
-    out = build_dir() / "python_gen"
-    out.mkdir(parents=True, exist_ok=True)
-    rc = protoc.main(["protoc", f"-I{ROOT / 'proto'}", f"--python_out={out}",
-                      f"--grpc_python_out={out}",
-                      str(ROOT / "proto" / "snapserve" / "v1" / "generation.proto")])
-    if rc != 0:
-        raise RuntimeError("protoc failed on generation.proto")
-    if str(out) not in sys.path:
-        sys.path.insert(0, str(out))
-    pb2 = importlib.import_module("snapserve.v1.generation_pb2")
-    pb2_grpc = importlib.import_module("snapserve.v1.generation_pb2_grpc")
-    _PB = (pb2, pb2_grpc)
-    return _PB
+# The helpers shared with tests/python live in snapserve_testkit/ at the
+# repository root, imported from there without installing anything.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from snapserve_testkit import SnapserveProcess, metrics, model_path  # noqa: E402
+from snapserve_testkit import load_stubs as pb  # noqa: E402
 
 
 # --- server process ----------------------------------------------------------
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """One `snapserve` process on free loopback ports. Use as a context manager;
-    it is always stopped with SIGTERM (then SIGKILL after a grace period)."""
+class Server(SnapserveProcess):
+    """One `snapserve` process on free loopback ports (snapserve_testkit's), with
+    the model of model_path(), --log-level=warn and --shutdown-grace=5. Use as a
+    context manager: once SERVING it carries a Generation stub (.stub); it is
+    always stopped with SIGTERM (then SIGKILL after a grace period)."""
 
     def __init__(self, args, log_name="bench"):
-        self.port = free_port()
-        self.metrics_port = free_port()
-        while self.metrics_port == self.port:
-            self.metrics_port = free_port()
-        binary = build_dir() / "server" / "snapserve"
-        if not binary.is_file():
-            raise FileNotFoundError(f"{binary} not built (run `make build`)")
         self.args = [f"--model={model_path()}"] + list(args)
-        self.cmd = [str(binary), "--host=127.0.0.1", f"--port={self.port}",
-                    f"--metrics-port={self.metrics_port}", "--log-level=warn",
-                    "--shutdown-grace=5"] + self.args
-        self.log_path = build_dir() / f"snapserve-{log_name}-{self.port}.log"
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        self.target = f"127.0.0.1:{self.port}"
+        super().__init__(["--log-level=warn", "--shutdown-grace=5"] + self.args,
+                         log_name=log_name)
         self.channel = None
         self.stub = None
 
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def logs(self):
-        self.log.flush()
-        return self.log_path.read_text(errors="replace")
-
     def wait_serving(self, timeout=180):
         import grpc
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-        deadline = time.time() + timeout
-        with grpc.insecure_channel(self.target) as channel:
-            hs = health_pb2_grpc.HealthStub(channel)
-            while time.time() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"snapserve exited early:\n{self.logs()[-4000:]}")
-                try:
-                    r = hs.Check(health_pb2.HealthCheckRequest(), timeout=2)
-                    if r.status == health_pb2.HealthCheckResponse.SERVING:
-                        break
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.2)
-            else:
-                raise RuntimeError(f"snapserve not SERVING after {timeout}s")
+        super().wait_serving(timeout)
         _, pb2_grpc = pb()
         opts = [("grpc.max_receive_message_length", 64 << 20),
                 ("grpc.max_send_message_length", 64 << 20)]
@@ -131,26 +59,7 @@ class Server:
         if self.channel is not None:
             self.channel.close()
             self.channel = None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if not self.log.closed:
-            self.log.close()
-        return self.proc.returncode
-
-    def __enter__(self):
-        try:
-            return self.wait_serving()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc):
-        self.stop()
+        return super().stop(timeout)
 
     # --- convenience -----------------------------------------------------
     def model_info(self):
@@ -167,34 +76,9 @@ class Server:
                     return int(value) * 1024
         return None
 
-    def metrics_text(self):
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.read().decode()
-
     def metric(self, name, labels=None):
         """Sum of the samples of `name` whose labels include `labels`."""
-        return parse_metric(self.metrics_text(), name, labels)
-
-
-def parse_metric(text, name, labels=None):
-    total, found = 0.0, False
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        metric, _, lab = head.partition("{")
-        if metric != name:
-            continue
-        if labels:
-            lab = lab.rstrip("}")
-            have = dict(kv.split("=", 1) for kv in lab.split(",") if "=" in kv)
-            have = {k: v.strip('"') for k, v in have.items()}
-            if any(have.get(k) != str(v) for k, v in labels.items()):
-                continue
-        total += float(value)
-        found = True
-    return total if found else None
+        return metrics.total(self.metrics_text(), name, labels)
 
 
 # --- prompts -------------------------------------------------------------------

@@ -146,9 +146,9 @@ def observe_capacity(args, info):
                 while not stop.is_set():
                     try:
                         text = s.metrics_text()
-                        peak["running"] = max(peak["running"], c.parse_metric(
+                        peak["running"] = max(peak["running"], c.metrics.total(
                             text, "snapserve_requests_running") or 0)
-                        peak["waiting"] = max(peak["waiting"], c.parse_metric(
+                        peak["waiting"] = max(peak["waiting"], c.metrics.total(
                             text, "snapserve_requests_waiting") or 0)
                     except Exception:  # noqa: BLE001 - keep polling
                         pass

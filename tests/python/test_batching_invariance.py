@@ -10,6 +10,8 @@ import time
 import grpc
 import pytest
 
+from snapserve_testkit import metrics
+
 GPL = "/usr/share/common-licenses/GPL-3"
 
 
@@ -84,12 +86,9 @@ def test_greedy_output_is_the_same_alone_and_batched(start_server, model_path, p
             t.join()
         assert not errors, errors
 
-    metrics = __import__("urllib.request").request.urlopen(
-        f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
-    batch_lines = [l for l in metrics.splitlines() if l.startswith("snapserve_batch_size_sum")]
-    batch_sum = float(batch_lines[0].split()[-1])
-    count = float([l for l in metrics.splitlines()
-                   if l.startswith("snapserve_batch_size_count")][0].split()[-1])
+    text = server.metrics_text()
+    batch_sum = metrics.value(text, "snapserve_batch_size_sum")
+    count = metrics.value(text, "snapserve_batch_size_count")
     # The concurrent phase really batched: some decode steps ran more than one sequence.
     assert batch_sum > count, "no decode step ever ran more than one sequence"
 

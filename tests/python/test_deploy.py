@@ -15,12 +15,12 @@ import pathlib
 import re
 import shutil
 import subprocess
-import urllib.request
 
 import pytest
 import yaml
 
 from conftest import BUILD_DIR, ROOT
+from snapserve_testkit import metrics
 
 KUSTOMIZE = ROOT / ".deps" / "kustomize" / "usr" / "bin" / "kustomize"
 K8S_VERSION = "1.33.0"  # EKS standard-support version the manifests target
@@ -515,10 +515,9 @@ def test_hpa_metric_is_served_by_adapter():
 
 def test_metric_names_exist_in_real_scrape(start_server, model_path):
     server = start_server([f"--model={model_path}"])
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as r:
-        body = r.read().decode()
-    samples = {m.group(1) for m in re.finditer(r"^(snapserve_[a-z_]+)[{ ]", body, re.M)}
-    families = dict(re.findall(r"^# TYPE (snapserve_[a-z_]+) (\w+)", body, re.M))
+    body = server.metrics_text()
+    samples = {s.name for s in metrics.parse(body) if s.name.startswith("snapserve_")}
+    families = {k: v for k, v in metrics.types(body).items() if k.startswith("snapserve_")}
     assert "snapserve_requests_waiting" in samples, body[:2000]
     missing = []
     used = set()

@@ -16,10 +16,11 @@ import contextlib
 import pathlib
 import threading
 import time
-import urllib.request
 
 import grpc
 import pytest
+
+from snapserve_testkit import metrics
 
 GPL = pathlib.Path("/usr/share/common-licenses/GPL-3")
 LONG_PROMPT_TOKENS = 1500
@@ -28,11 +29,7 @@ SLICES = -(-30 // (CHUNK * 30 // LONG_PROMPT_TOKENS))  # 15 slices of 2 layers
 
 
 def _metric(port, name):
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
+    return metrics.value(metrics.scrape(port, timeout=5), name)
 
 
 class RunningStream:

@@ -10,7 +10,7 @@ import urllib.request
 import grpc
 import pytest
 
-from conftest import free_port
+from snapserve_testkit import free_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 CAPACITY = 64

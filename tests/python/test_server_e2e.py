@@ -14,17 +14,16 @@ import json
 import math
 import os
 import random
-import re
 import signal
 import threading
 import time
-import urllib.request
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import ServerProcess
+from snapserve_testkit import SnapserveProcess
+from snapserve_testkit.metrics import scrape, value as metric
 
 # Server settings the assertions below rely on.
 SNAPKV_CAPACITY = 64
@@ -48,26 +47,6 @@ LONG_PROMPT = ("Snapserve compresses the key value cache of each prompt before d
                "Long documents then cost far less memory while the answer stays the same. ") * 2
 
 
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        assert r.status == 200
-        return r.read().decode()
-
-
-def metric(text, name, labels=None):
-    """Value of one sample in Prometheus text (labels: exact label set or None)."""
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
-        if not m or m.group(1) != name:
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        if got == (labels or {}):
-            return float(m.group(3))
-    raise AssertionError(f"{name}{labels or ''} not in /metrics")
-
-
 def wait_for(predicate, timeout=10.0, interval=0.1):
     deadline = time.time() + timeout
     while True:
@@ -79,7 +58,7 @@ def wait_for(predicate, timeout=10.0, interval=0.1):
 
 @pytest.fixture(scope="module")
 def server(model_path):
-    s = ServerProcess([
+    s = SnapserveProcess([
         f"--model={model_path}",
         f"--snapkv-capacity={SNAPKV_CAPACITY}", f"--snapkv-window={SNAPKV_WINDOW}",
         f"--kv-cache-memory={KV_CACHE_BYTES}", f"--block-size={BLOCK_SIZE}",

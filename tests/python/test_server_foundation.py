@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.request
 
 import grpc
 import pytest
@@ -12,6 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from conftest import BUILD_DIR
+from snapserve_testkit.metrics import scrape
 
 SNAPSERVE = BUILD_DIR / "server" / "snapserve"
 
@@ -25,12 +25,6 @@ METRIC_NAMES = [
     "snapserve_kv_cache_blocks_free", "snapserve_requests_running",
     "snapserve_requests_waiting", "snapserve_batch_size",
 ]
-
-
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        assert r.status == 200
-        return r.read().decode()
 
 
 def test_help_lists_every_flag_with_its_environment_variable():

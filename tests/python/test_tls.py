@@ -5,7 +5,6 @@ import subprocess
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
 def openssl(*args, cwd):
@@ -67,20 +66,7 @@ def test_tls(start_server, model_path, pb, certs):
     server = start_server([f"--model={model_path}", f"--tls-cert={certs / 'server.pem'}",
                            f"--tls-key={certs / 'server.key'}"], wait=False)
     trusted = grpc.ssl_channel_credentials(root_certificates=read(certs, "ca.pem"))
-    # ServerProcess.wait_serving speaks plaintext; poll health over TLS instead.
-    import time
-    deadline = time.time() + 120
-    while True:
-        assert server.proc.poll() is None, server.logs()
-        try:
-            with grpc.secure_channel(server.target, trusted) as ch:
-                r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=2)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    break
-        except grpc.RpcError:
-            pass
-        assert time.time() < deadline, server.logs()
-        time.sleep(0.3)
+    server.wait_serving(credentials=trusted)  # health over TLS
 
     info = model_info(pb, server.target, trusted)
     assert info.vocab_size == 49152
@@ -114,19 +100,7 @@ def test_mutual_tls(start_server, model_path, pb, certs):
     with_cert = grpc.ssl_channel_credentials(root_certificates=ca,
                                              private_key=read(certs, "client.key"),
                                              certificate_chain=read(certs, "client.pem"))
-    import time
-    deadline = time.time() + 120
-    while True:
-        assert server.proc.poll() is None, server.logs()
-        try:
-            with grpc.secure_channel(server.target, with_cert) as ch:
-                r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=2)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    break
-        except grpc.RpcError:
-            pass
-        assert time.time() < deadline, server.logs()
-        time.sleep(0.3)
+    server.wait_serving(credentials=with_cert)  # health over mutual TLS
 
     assert model_info(pb, server.target, with_cert).vocab_size == 49152
     # Right server CA but no client certificate: refused.

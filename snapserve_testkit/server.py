@@ -1,0 +1,101 @@
+"""A real `snapserve` child process on free loopback ports."""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from snapserve_testkit.metrics import scrape
+from snapserve_testkit.paths import build_dir
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerError(RuntimeError):
+    """The process exited before SERVING, or was not SERVING in time."""
+
+
+class SnapserveProcess:
+    """<build>/server/snapserve on free loopback ports (gRPC and /metrics), with
+    `args` after --host/--port/--metrics-port and `env` over os.environ;
+    stdout and stderr go to <build>/snapserve-<log_name>-<port>.log. stop()
+    sends SIGTERM (SIGKILL after `timeout`); as a context manager it waits for
+    SERVING on entry and stops on exit."""
+
+    def __init__(self, args, env=None, log_name="test"):
+        self.port = free_port()
+        self.metrics_port = free_port()
+        while self.metrics_port == self.port:
+            self.metrics_port = free_port()
+        binary = build_dir() / "server" / "snapserve"
+        if not binary.is_file():
+            raise FileNotFoundError(f"{binary} not built (run `make build`)")
+        self.cmd = [str(binary), "--host=127.0.0.1", f"--port={self.port}",
+                    f"--metrics-port={self.metrics_port}"] + list(args)
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.log_path = build_dir() / f"snapserve-{log_name}-{self.port}.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=full_env)
+        self.target = f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def logs(self):
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def wait_serving(self, timeout=120, credentials=None):
+        """Polls grpc.health.v1 until SERVING, in plaintext or, given channel
+        `credentials`, over TLS; ServerError if the process exits first or
+        `timeout` seconds pass."""
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+        deadline = time.time() + timeout
+        channel = (grpc.insecure_channel(self.target) if credentials is None
+                   else grpc.secure_channel(self.target, credentials))
+        with channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while time.time() < deadline:
+                if self.proc.poll() is not None:
+                    raise ServerError(f"snapserve exited early:\n{self.logs()}")
+                try:
+                    r = stub.Check(health_pb2.HealthCheckRequest(), timeout=2)
+                    if r.status == health_pb2.HealthCheckResponse.SERVING:
+                        return self
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.2)
+        raise ServerError(f"snapserve not SERVING after {timeout}s:\n{self.logs()}")
+
+    def stop(self, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if not self.log.closed:
+            self.log.close()
+        return self.proc.returncode
+
+    def metrics_text(self):
+        return scrape(self.metrics_port)
+
+    def __enter__(self):
+        try:
+            return self.wait_serving()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc):
+        self.stop()

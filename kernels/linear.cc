@@ -9,6 +9,8 @@
 #include <algorithm>
 
 #include "kernels/checks.h"
+#include "kernels/cpu_isa.h"
+#include "kernels/quant_dot.h"
 
 namespace snapserve::kernels {
 
@@ -39,6 +41,20 @@ void check_activations(const at::Tensor& x) {
   TORCH_CHECK(x.is_cpu(), "linear: CPU only (on CUDA the model uses at::linear)");
 }
 
+// Integer block dot products (quant_dot.h), parallel over tiles of weight rows.
+void int8_linear(const at::Tensor& x, const QuantMatrix& w, at::Tensor& out) {
+  const cpu::QuantizedRows xq = cpu::quantize_rows(x.const_data_ptr<float>(), x.size(0), x.size(1));
+  float* dst = out.data_ptr<float>();
+  const bool simd = cpu_isa() != CpuIsa::kPortable;
+  // ~64K multiply-adds per task, as the float32 kernel.
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, w.cols * xq.m));
+  at::parallel_for(0, w.rows, grain, [&](int64_t begin, int64_t end) {
+    if (simd && cpu::int8_dot_avx2(w, xq, begin, end, dst, w.rows)) return;
+    cpu::int8_dot_portable(w, xq, begin, end, dst, w.rows);
+  });
+}
+
 }  // namespace
 
 at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w) {
@@ -67,7 +83,7 @@ at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w) {
   return out;
 }
 
-at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w) {
+at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w, QuantDot dot) {
   check_activations(x);
   TORCH_CHECK(x.size(1) == w.cols, "x: expected ", w.cols, " columns (the weight's), got ",
               x.size(1));
@@ -85,6 +101,10 @@ at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w) {
     });
   }
   at::Tensor out = at::empty({xc.size(0), w.rows}, xc.options());
+  if (dot == QuantDot::kInt8 && has_int8_dot(w.type) && xc.size(0) > 0) {
+    int8_linear(xc, w, out);
+    return out;
+  }
   cpu::WeightRows rows;
   rows.k = w.cols;
   rows.quant = &w;

@@ -52,9 +52,7 @@ float widen(uint16_t b) {
 }
 
 // ---- portable path (any CPU) -------------------------------------------
-float lane_sum(const float* p) {
-  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
-}
+float lane_sum(const float* p) { return simd::lane_sum_portable(p); }
 
 // Output columns n0 .. n0 + rows - 1 from float32 weight rows wr[0 .. rows).
 void tile_portable(const Problem& p, const float* const* wr, int64_t rows, int64_t n0) {

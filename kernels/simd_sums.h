@@ -6,6 +6,16 @@
 // AVX-512 sums includes this after silencing those warnings.
 #pragma once
 
+namespace snapserve::kernels::simd {
+
+// The sum of 8 lanes in memory, in the tree lane_sum_avx2 uses on a register:
+// (l0+l4, l1+l5, l2+l6, l3+l7), then pairs, then one.
+inline float lane_sum_portable(const float* p) {
+  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
+
+}  // namespace snapserve::kernels::simd
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -14,7 +24,7 @@
 namespace snapserve::kernels::simd {
 
 // The sum of the 8 lanes: (l0+l4, l1+l5, l2+l6, l3+l7), then pairs, then one
-// (the tree of linear_cpu.cc's portable lane_sum).
+// (the tree of lane_sum_portable).
 __attribute__((target("avx2"))) inline float lane_sum_avx2(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));

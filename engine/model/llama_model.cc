@@ -34,10 +34,10 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
   // GGUF blocks (CPU only): decoded row by row inside the kernel; a matrix of
   // several block types is computed a row group at a time.
   if (w.quantized()) {
-    if (w.parts.size() == 1) return kernels::linear_quantized(x, w.parts[0]);
+    if (w.parts.size() == 1) return kernels::linear_quantized(x, w.parts[0], quant_dot_);
     std::vector<at::Tensor> columns;
     for (const kernels::QuantMatrix& part : w.parts) {
-      columns.push_back(kernels::linear_quantized(x, part));
+      columns.push_back(kernels::linear_quantized(x, part, quant_dot_));
     }
     return at::cat(columns, 1);
   }

@@ -40,6 +40,7 @@
 #include "engine/model/kv_store.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
+#include "kernels/linear.h"
 
 namespace snapserve::model {
 
@@ -60,6 +61,11 @@ struct PrefillState {
 class LlamaModel {
  public:
   LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType dtype, at::Device device);
+
+  // How decode-sized batches multiply GGUF blocks (kernels/linear.h): exact
+  // decoding (the default) or int8 block dot products.
+  void set_quant_dot(kernels::QuantDot dot) { quant_dot_ = dot; }
+  kernels::QuantDot quant_dot() const { return quant_dot_; }
 
   const ModelConfig& config() const { return config_; }
   // Storage dtype of the weights (and of a KV cache made for this model).
@@ -107,11 +113,14 @@ class LlamaModel {
   at::ScalarType compute_dtype_;
   at::Device device_;
   at::Tensor inv_freq_;  // [head_dim / 2] float32
+  kernels::QuantDot quant_dot_ = kernels::QuantDot::kExact;
 };
 
 // Loads a model: a .gguf file or a Hugging Face directory (config.json +
-// safetensors). `log` receives progress lines (default: stderr).
-StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::ScalarType dtype,
-                                                at::Device device, const LogFn& log = LogToStderr);
+// safetensors). `log` receives progress lines (default: stderr). `quant_dot`
+// applies to GGUF blocks kept quantized on CPU.
+StatusOr<std::unique_ptr<LlamaModel>> LoadModel(
+    const std::string& path, at::ScalarType dtype, at::Device device,
+    const LogFn& log = LogToStderr, kernels::QuantDot quant_dot = kernels::QuantDot::kExact);
 
 }  // namespace snapserve::model

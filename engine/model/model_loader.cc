@@ -26,7 +26,8 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::ScalarType dtype,
-                                                at::Device device, const LogFn& log) {
+                                                at::Device device, const LogFn& log,
+                                                kernels::QuantDot quant_dot) {
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) {
     return Status::InvalidArgument(path + ": dtype must be float32, bfloat16 or float16");
   }
@@ -60,11 +61,13 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::Sca
     const char* isa = kernels::cpu_isa_name(kernels::cpu_isa());
     auto model =
         std::make_unique<LlamaModel>(std::move(config), std::move(weights).value(), dtype, device);
+    model->set_quant_dot(quant_dot);
     if (log) {
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       char line[128];
-      std::snprintf(line, sizeof(line), "model ready in %.2f s (CPU kernels: %s)", secs, isa);
+      std::snprintf(line, sizeof(line), "model ready in %.2f s (CPU kernels: %s, GGUF blocks: %s)",
+                    secs, isa, quant_dot == kernels::QuantDot::kInt8 ? "int8 dot" : "exact");
       log(line);
     }
     return model;

@@ -75,24 +75,59 @@ def test_decode_matches_gguf_on_every_tensor_of_the_default_model(torch_ops, mod
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_linear_quantized_vs_float64_reference(torch_ops, qtype):
-    """Error bound: each output is a float32 dot product of K terms kept in 8
-    or 16 lanes (K/8 sequential adds each) plus a lane tree, so its rounding
-    error is at most about (K/8 + 4) * 2^-24 * sum|x_j w_j| (first-order bound
-    for recursive summation). The weights themselves are exact: decoding gives
-    gguf's float32 values, which the reference uses in float64."""
+    """Exact path. Error bound: each output is a float32 dot product of K
+    terms kept in 8 or 16 lanes (K/8 sequential adds each) plus a lane tree,
+    so its rounding error is at most about (K/8 + 4) * 2^-24 * sum|x_j w_j|
+    (first-order bound for recursive summation). The weights themselves are
+    exact: decoding gives gguf's float32 values, which the reference uses in
+    float64."""
     data, k = _random_blocks(qtype, rows=37, blocks_per_row=512 // gguf.GGML_QUANT_SIZES[qtype][0],
                              seed=100 + int(qtype))
     w = torch.from_numpy(gguf.quants.dequantize(data, qtype).reshape(37, k))
     blocks = torch.from_numpy(data.copy())
     for m in (1, 3, 16, 65, 130):  # 65 and 130 take the GEMM path
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
-        got = torch_ops.linear_quantized(x, blocks, int(qtype), k)
+        got = torch_ops.linear_quantized(x, blocks, int(qtype), k, "exact")
         ref = x.double() @ w.double().T
         bound = (k / 8 + 4) * 2.0**-24 * (x.double().abs() @ w.double().abs().T)
         excess = ((got.double() - ref).abs() - bound).max().item()
         assert excess <= 0, f"m={m}: error above the bound by {excess}"
         # The same arithmetic as the float32 linear on the decoded weights.
         assert torch.equal(got, torch_ops.linear_float32(x, w)), f"m={m}"
+
+
+INT8_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
+
+
+@pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
+def test_linear_int8_dot_vs_float64_reference(torch_ops, qtype):
+    """Int8 block dot products (kernels/quant_dot.h). Each activation block of
+    32 is replaced by d_x * q with |x - d_x q| <= d_x / 2, d_x = max|x_b| / 127,
+    so |sum_j w_j (x_j - d_x q_j)| <= sum_b (max|x_b| / 254) * sum_{j in b} |w_j|.
+    On top of that, float32 rounding of the per-block products and the sums:
+    bounded here by (K/8 + 2 K/32 + 8) * 2^-24 * sum|x_j w_j| (each lane adds
+    K/32 block terms, each term one rounding of the scale product and one of
+    the product; the offset term of Q4_1/Q5_1 adds K/32 more)."""
+    bpr = 512 // 32
+    data, k = _random_blocks(qtype, rows=41, blocks_per_row=bpr, seed=200 + int(qtype))
+    w = torch.from_numpy(gguf.quants.dequantize(data, qtype).reshape(41, k)).double()
+    blocks = torch.from_numpy(data.copy())
+    for m in (1, 2, 5, 16, 64):
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(10 + m))
+        got = torch_ops.linear_quantized(x, blocks, int(qtype), k, "int8")
+        ref = x.double() @ w.T
+        xb = x.double().view(m, bpr, 32).abs().amax(-1)  # [m, blocks]
+        wb = w.abs().view(41, bpr, 32).sum(-1)  # [rows, blocks]
+        quant = (xb / 254) @ wb.T
+        rounding = (k / 8 + 2 * k / 32 + 8) * 2.0**-24 * (x.double().abs() @ w.abs().T)
+        excess = ((got.double() - ref).abs() - quant - rounding).max().item()
+        assert excess <= 0, f"m={m}: error above the bound by {excess}"
+        # The bound is not vacuous: the quantization error is really there.
+        assert (got.double() - ref).abs().max().item() > 1e-6
+        # A row's result does not depend on the batch.
+        for i in range(m):
+            alone = torch_ops.linear_quantized(x[i:i + 1], blocks, int(qtype), k, "int8")
+            assert torch.equal(alone[0], got[i]), f"m={m} row {i}"
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
@@ -133,7 +168,7 @@ def _k_mix(name, shape):
     return "Q5_0"
 
 
-MIXES = {"legacy": _legacy_mix, "kquant": _k_mix}
+MIXES = {"default": None, "legacy": _legacy_mix, "kquant": _k_mix}
 GPL3 = pathlib.Path("/usr/share/common-licenses/GPL-3")
 PROMPTS = [
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
@@ -142,18 +177,28 @@ PROMPTS = [
     "1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233,",
     "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n",
 ]
+# Model dtype strings of the torch ops: exact decoding, and int8 block dots.
+PATHS = {"exact": "float32", "int8": "float32:int8"}
 
 
 @pytest.fixture(scope="module", params=list(MIXES))
 def mixed_model(request, model_path, tmp_path_factory):
+    """(path, transformers model, tokenizer, 2048 GPL-3 ids, their logits)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    root = tmp_path_factory.mktemp(f"gguf_{request.param}")
-    path = root / f"smollm2-{request.param}.gguf"
-    gguf_requant.requantize_file(str(model_path), str(path), MIXES[request.param])
-    tok = AutoTokenizer.from_pretrained(root, gguf_file=path.name)
-    hf = AutoModelForCausalLM.from_pretrained(root, gguf_file=path.name,
+    if MIXES[request.param] is None:
+        path = model_path
+    else:
+        root = tmp_path_factory.mktemp(f"gguf_{request.param}")
+        path = root / f"smollm2-{request.param}.gguf"
+        gguf_requant.requantize_file(str(model_path), str(path), MIXES[request.param])
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                               dtype=torch.float32).eval()
-    return path, hf, tok
+    ids = tok(GPL3.read_text())["input_ids"][:2048]
+    assert len(ids) >= 2000
+    with torch.no_grad():
+        logits = hf(torch.tensor([ids])).logits[0].float()
+    return request.param, path, hf, tok, ids, logits
 
 
 def _hf_greedy(model, ids, max_new):
@@ -171,31 +216,47 @@ def _hf_greedy(model, ids, max_new):
 @pytest.mark.slow
 def test_mixed_model_types_are_kept(mixed_model):
     """The file really holds the mix (guards the test itself)."""
-    path, _, _ = mixed_model
+    name, path, *_ = mixed_model
     types = {t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
-    wanted = {"legacy": {"Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_1"},
+    wanted = {"default": {"Q4_1"}, "legacy": {"Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_1"},
               "kquant": {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q8_0"}}
-    assert wanted[path.stem.split("-")[1]] <= types, types
+    assert wanted[name] <= types, types
 
 
 @pytest.mark.slow
-def test_mixed_model_top1_agreement_with_transformers(torch_ops, mixed_model):
-    path, hf, tok = mixed_model
-    ids = tok(GPL3.read_text())["input_ids"][:2048]
-    assert len(ids) >= 2000
-    with torch.no_grad():
-        expected = hf(torch.tensor([ids])).logits[0].float()
-    got = torch_ops.model_logits(str(path), "float32", ids)
+def test_mixed_model_prefill_top1_agreement_with_transformers(torch_ops, mixed_model):
+    """Prefill (both paths: prompt-sized batches decode exact slices)."""
+    _, path, _, _, ids, expected = mixed_model
+    got = torch_ops.model_logits(str(path), PATHS["exact"], ids)
     agreement = (got.argmax(-1) == expected.argmax(-1)).float().mean().item()
     assert agreement >= 0.99, f"top-1 agreement {agreement:.4f}"
     assert (got - expected).abs().max().item() <= 1e-2
 
 
 @pytest.mark.slow
-def test_mixed_model_greedy_matches_transformers(torch_ops, mixed_model):
-    path, hf, tok = mixed_model
+@pytest.mark.parametrize("dot", list(PATHS))
+def test_mixed_model_greedy_matches_transformers(torch_ops, mixed_model, dot):
+    """32 greedy tokens on 5 prompts, every one a decode step (batch 1)."""
+    _, path, hf, tok, _, _ = mixed_model
     for text in PROMPTS:
         ids = tok(text)["input_ids"]
         expected = _hf_greedy(hf, ids, 32)
-        got = list(torch_ops.model_greedy(str(path), "float32", ids, 32))
+        got = list(torch_ops.model_greedy(str(path), PATHS[dot], ids, 32))
         assert got == expected, f"{text[:30]!r}: {tok.decode(got)!r} != {tok.decode(expected)!r}"
+
+
+DECODE_FROM = 48  # prompt tokens prefilled; the 2000 after are decode steps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dot", list(PATHS))
+def test_mixed_model_decode_top1_agreement_with_transformers(torch_ops, mixed_model, dot):
+    """Teacher-forced decode: the first 48 tokens are prefilled, then each of
+    the next 2000 positions is one decode step fed the true token
+    (model_decode_logits), and its argmax is compared with transformers'."""
+    _, path, _, _, ids, expected = mixed_model
+    got = torch_ops.model_decode_logits(str(path), PATHS[dot], ids, DECODE_FROM)
+    want = expected[DECODE_FROM:len(ids)]
+    assert got.shape == want.shape and want.shape[0] >= 2000
+    agreement = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
+    assert agreement >= 0.99, f"top-1 agreement {agreement:.4f}"

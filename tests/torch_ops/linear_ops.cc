@@ -22,10 +22,13 @@ at::Tensor GgufDequantize(const at::Tensor& blocks, int64_t ggml_type, int64_t c
       make_quant_matrix(TypeOf(ggml_type), blocks.size(0), cols, blocks.contiguous(), "blocks"));
 }
 
+// dot: "exact" or "int8" (kernels/linear.h, QuantDot).
 at::Tensor LinearQuantized(const at::Tensor& x, const at::Tensor& blocks, int64_t ggml_type,
-                           int64_t cols) {
+                           int64_t cols, const std::string& dot) {
+  TORCH_CHECK(dot == "exact" || dot == "int8", "dot: expected exact or int8, got ", dot);
   return linear_quantized(
-      x, make_quant_matrix(TypeOf(ggml_type), blocks.size(0), cols, blocks.contiguous(), "blocks"));
+      x, make_quant_matrix(TypeOf(ggml_type), blocks.size(0), cols, blocks.contiguous(), "blocks"),
+      dot == "int8" ? QuantDot::kInt8 : QuantDot::kExact);
 }
 
 }  // namespace
@@ -35,6 +38,6 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
   m.def("linear_float32(Tensor x, Tensor w) -> Tensor", &snapserve::kernels::linear_float32);
   m.def("gguf_dequantize(Tensor blocks, int ggml_type, int cols) -> Tensor",
         &snapserve::kernels::GgufDequantize);
-  m.def("linear_quantized(Tensor x, Tensor blocks, int ggml_type, int cols) -> Tensor",
+  m.def("linear_quantized(Tensor x, Tensor blocks, int ggml_type, int cols, str dot) -> Tensor",
         &snapserve::kernels::LinearQuantized);
 }

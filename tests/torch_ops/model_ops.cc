@@ -14,7 +14,10 @@
 namespace snapserve::model {
 namespace {
 
-at::ScalarType ParseDtype(const std::string& s) {
+// "float32", "bfloat16", "float16"; a suffix ":int8" selects the int8 block
+// dot product for GGUF blocks (kernels/linear.h), else exact decoding.
+at::ScalarType ParseDtype(std::string s) {
+  if (const auto colon = s.find(':'); colon != std::string::npos) s.resize(colon);
   if (s == "float32") return at::kFloat;
   if (s == "bfloat16") return at::kBFloat16;
   if (s == "float16") return at::kHalf;
@@ -29,7 +32,9 @@ LlamaModel& GetModel(const std::string& path, const std::string& dtype, const st
   auto key = std::make_tuple(path, dtype, device);
   auto it = cache.find(key);
   if (it == cache.end()) {
-    auto m = LoadModel(path, ParseDtype(dtype), at::Device(device));
+    const bool int8 = dtype.size() > 5 && dtype.compare(dtype.size() - 5, 5, ":int8") == 0;
+    auto m = LoadModel(path, ParseDtype(dtype), at::Device(device), LogToStderr,
+                       int8 ? kernels::QuantDot::kInt8 : kernels::QuantDot::kExact);
     TORCH_CHECK(m.ok(), m.status().ToString());
     it = cache.emplace(key, std::move(m).value()).first;
   }
@@ -136,6 +141,26 @@ std::vector<double> ModelTime(const std::string& path, const std::string& dtype,
           std::chrono::duration<double>(t2 - t1).count()};
 }
 
+// Teacher-forced decode: prefills ids[0, from), then runs one batch-1 decode
+// step per remaining id, fed the true id. Returns the logits after each step's
+// input, i.e. the predictions for positions from .. n-1: [n - from, vocab].
+at::Tensor ModelDecodeLogits(const std::string& path, const std::string& dtype, at::IntArrayRef ids,
+                             int64_t from) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  TORCH_CHECK(from >= 2 && from < n, "from must be in [2, ", n, ")");
+  LlamaModel& m = GetModel(path, dtype, "cpu");
+  DenseKvStore store(m.config().num_layers, m.config().sliding_window);
+  const std::vector<int32_t> all = ToInt32(ids);
+  std::vector<at::Tensor> rows;
+  // Prefill ids[0, from - 1); the prediction for position `from` then comes
+  // from the decode step that inputs ids[from - 1], like every later one.
+  m.Prefill(0, std::vector<int32_t>(all.begin(), all.begin() + from - 1), store);
+  for (int64_t pos = from - 1; pos < n - 1; ++pos) {
+    rows.push_back(m.Decode({0}, {all[pos]}, {pos}, store).squeeze(0));
+  }
+  return at::stack(rows);
+}
+
 }  // namespace
 }  // namespace snapserve::model
 
@@ -147,6 +172,8 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
         &snapserve::model::ModelLogitsOn);
   m.def("model_greedy_on(str path, str dtype, str device, int[] ids, int max_new) -> int[]",
         &snapserve::model::ModelGreedyOn);
+  m.def("model_decode_logits(str path, str dtype, int[] ids, int from) -> Tensor",
+        &snapserve::model::ModelDecodeLogits);
   m.def("model_greedy_batch(str path, str dtype, int[] flat, int[] lengths, int max_new) -> Tensor",
         &snapserve::model::ModelGreedyBatch);
   m.def("model_time(str path, str dtype, int[] ids, int decode_steps) -> float[]",

@@ -14,6 +14,7 @@
 
 #include "kernels/linear.h"
 #include "kernels/quant_blocks.h"
+#include "kernels/quant_dot.h"
 #include "kernels/quant_matrix.h"
 
 namespace snapserve::kernels {
@@ -93,6 +94,29 @@ TEST_P(QuantBlocksTest, RowResultIndependentOfBatch) {
   const at::Tensor batched = linear_quantized(x, w);
   for (int64_t i = 0; i < 16; ++i) {
     EXPECT_TRUE(at::equal(batched[i], linear_quantized(x.narrow(0, i, 1), w)[0])) << i;
+  }
+}
+
+TEST_P(QuantBlocksTest, Int8DotOnThisPathEqualsPortable) {
+  const TypeCase& c = Case();
+  const QuantFormat& f = quant_format(c.type);
+  const int64_t cols = 512;
+  const QuantMatrix w =
+      make_quant_matrix(c.type, 11, cols, RandomBlocks(c, 11, cols / f.block_elements, 8), "w");
+  at::manual_seed(6);
+  for (int64_t m : {1, 3, 4, 7, 16}) {
+    const at::Tensor x = at::randn({m, cols});
+    const at::Tensor got = linear_quantized(x, w, QuantDot::kInt8);
+    if (!has_int8_dot(c.type)) {
+      // The K-quants have no int8 dot here: kInt8 falls back to exact.
+      EXPECT_TRUE(at::equal(got, linear_quantized(x, w, QuantDot::kExact))) << f.name;
+      continue;
+    }
+    const cpu::QuantizedRows xq = cpu::quantize_rows(x.const_data_ptr<float>(), m, cols);
+    std::vector<float> portable(static_cast<size_t>(m * 11));
+    cpu::int8_dot_portable(w, xq, 0, 11, portable.data(), 11);
+    EXPECT_EQ(std::memcmp(got.const_data_ptr<float>(), portable.data(), portable.size() * 4), 0)
+        << f.name << " m=" << m;
   }
 }
 

@@ -1,0 +1,56 @@
+// The CPU linear on legacy GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) the
+// way the formats' dot products are defined: each activation row is
+// quantized per 32-element block to int8 with one float scale (Q8_0-style),
+// and every (weight block, activation block) pair is an exact integer dot
+// product scaled by the two blocks' float scales. No weight is ever widened
+// to float, so a decode step costs a few integer instructions per 32 weights
+// instead of decoding each weight (kernels/linear.h, QuantDot::kInt8).
+//
+// Arithmetic, identical on every SIMD path (the AVX2 path reproduces the
+// portable one bit for bit): per output, eight float32 lanes; lane l adds,
+// block by block in order, (d_w * d_x) * (integer sum of elements 4l..4l+3 of
+// the block) as a multiply then an add (never fused); the lanes are summed in
+// the fixed tree of kernels/simd_sums.h; the Q4_1/Q5_1 offset term
+// sum_b m_w * (d_x * sum_b q_x) is accumulated separately in block order and
+// added last. A row's result therefore does not depend on the batch.
+//
+// Accuracy: the only error beyond float32 rounding is the activations'
+// quantization, |x - d_x q_x| <= d_x / 2 = max|x_block| / 254 per element;
+// tests/python/test_quant_blocks.py checks the resulting bound per output.
+// Layouts: docs/quantized-weights.md.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/quant_matrix.h"
+
+namespace snapserve::kernels {
+
+// Whether `type` has an integer dot product here (else the linear decodes).
+bool has_int8_dot(QuantType type);
+
+namespace cpu {
+
+// Activation rows quantized per 32-element block.
+struct QuantizedRows {
+  int64_t m = 0, k = 0, blocks = 0;  // blocks = k / 32 per row
+  std::vector<int8_t> q;             // [m, k]
+  std::vector<float> d;              // [m, blocks] scale: max|x| / 127
+  std::vector<float> s;              // [m, blocks] d * sum(q): for the offset term
+};
+
+// x [m, k] contiguous float32, k a multiple of 32.
+QuantizedRows quantize_rows(const float* x, int64_t m, int64_t k);
+
+// out[i * n_total + r] for weight rows [r_begin, r_end) of w and every row of
+// xq. Portable and AVX2 (returns false when it cannot: no AVX2 build).
+void int8_dot_portable(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
+                       int64_t r_end, float* out, int64_t n_total);
+bool int8_dot_avx2(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin, int64_t r_end,
+                   float* out, int64_t n_total);
+
+}  // namespace cpu
+}  // namespace snapserve::kernels

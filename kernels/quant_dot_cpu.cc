@@ -1,0 +1,87 @@
+// Activation quantization and the portable integer dot product of
+// kernels/quant_dot.h. Compiled with -ffp-contract=off (kernels/CMakeLists.txt):
+// the AVX2 path must reproduce these float operations exactly.
+#include <c10/util/Exception.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/quant_dot.h"
+#include "kernels/quant_dot_cpu_block.h"
+#include "kernels/simd_sums.h"
+
+namespace snapserve::kernels {
+
+bool has_int8_dot(QuantType type) {
+  switch (type) {
+    case QuantType::kQ4_0:
+    case QuantType::kQ4_1:
+    case QuantType::kQ5_0:
+    case QuantType::kQ5_1:
+    case QuantType::kQ8_0:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace cpu {
+
+QuantizedRows quantize_rows(const float* x, int64_t m, int64_t k) {
+  TORCH_CHECK(k % kDotBlock == 0, "int8 dot: K = ", k, " is not a multiple of ", kDotBlock);
+  QuantizedRows r;
+  r.m = m;
+  r.k = k;
+  r.blocks = k / kDotBlock;
+  r.q.resize(static_cast<size_t>(m * k));
+  r.d.resize(static_cast<size_t>(m * r.blocks));
+  r.s.resize(static_cast<size_t>(m * r.blocks));
+  for (int64_t i = 0; i < m * r.blocks; ++i) {
+    const float* xb = x + i * kDotBlock;
+    float amax = 0.0f;
+    for (int j = 0; j < kDotBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < kDotBlock; ++j) {
+      // Round half to even, as _mm256_round_ps does on the AVX2 path's
+      // callers' inputs; |x * inv| <= 127 up to one rounding, clamped.
+      const float v = std::clamp(std::nearbyint(xb[j] * inv), -127.0f, 127.0f);
+      r.q[i * kDotBlock + j] = static_cast<int8_t>(v);
+      sum += static_cast<int>(v);
+    }
+    r.d[i] = d;
+    r.s[i] = d * static_cast<float>(sum);
+  }
+  return r;
+}
+
+void int8_dot_portable(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
+                       int64_t r_end, float* out, int64_t n_total) {
+  const int64_t blocks = xq.blocks;
+  const int64_t bytes = quant_format(w.type).block_bytes;
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const uint8_t* wrow = w.row(r);
+    for (int64_t i = 0; i < xq.m; ++i) {
+      float lanes[8] = {};
+      float offset = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const WeightBlock wb = read_block(w.type, wrow + b * bytes);
+        const int8_t* xb = xq.q.data() + (i * blocks + b) * kDotBlock;
+        const float scale = wb.d * xq.d[i * blocks + b];
+        for (int l = 0; l < 8; ++l) {
+          int sum = 0;
+          for (int j = 4 * l; j < 4 * l + 4; ++j) sum += wb.v[j] * xb[j];
+          lanes[l] = lanes[l] + scale * static_cast<float>(sum);
+        }
+        if (wb.has_m) offset = offset + wb.m * xq.s[i * blocks + b];
+      }
+      out[i * n_total + r] = simd::lane_sum_portable(lanes) + offset;
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace snapserve::kernels

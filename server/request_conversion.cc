@@ -131,62 +131,41 @@ void FillModelInfo(const engine::ModelSummary& s, v1::ModelInfo* out) {
   out->set_kv_cache_capacity_tokens(s.kv_cache_capacity_tokens);
 }
 
+namespace {
+
+// The engine's codes and the gRPC codes they map to: the one table behind
+// ToGrpc and GrpcCodeName (names come from status_code_name).
+struct CodePair {
+  StatusCode engine;
+  grpc::StatusCode grpc;
+};
+constexpr CodePair kCodes[] = {
+    {StatusCode::kOk, grpc::StatusCode::OK},
+    {StatusCode::kInvalidArgument, grpc::StatusCode::INVALID_ARGUMENT},
+    {StatusCode::kResourceExhausted, grpc::StatusCode::RESOURCE_EXHAUSTED},
+    {StatusCode::kDeadlineExceeded, grpc::StatusCode::DEADLINE_EXCEEDED},
+    {StatusCode::kCancelled, grpc::StatusCode::CANCELLED},
+    {StatusCode::kUnavailable, grpc::StatusCode::UNAVAILABLE},
+    {StatusCode::kNotFound, grpc::StatusCode::NOT_FOUND},
+    {StatusCode::kUnimplemented, grpc::StatusCode::UNIMPLEMENTED},
+    {StatusCode::kInternal, grpc::StatusCode::INTERNAL},
+};
+
+}  // namespace
+
 grpc::Status ToGrpc(const Status& s) {
-  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
-  switch (s.code()) {
-    case StatusCode::kOk:
-      return grpc::Status::OK;
-    case StatusCode::kInvalidArgument:
-      code = grpc::StatusCode::INVALID_ARGUMENT;
-      break;
-    case StatusCode::kResourceExhausted:
-      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-      break;
-    case StatusCode::kDeadlineExceeded:
-      code = grpc::StatusCode::DEADLINE_EXCEEDED;
-      break;
-    case StatusCode::kCancelled:
-      code = grpc::StatusCode::CANCELLED;
-      break;
-    case StatusCode::kUnavailable:
-      code = grpc::StatusCode::UNAVAILABLE;
-      break;
-    case StatusCode::kNotFound:
-      code = grpc::StatusCode::NOT_FOUND;
-      break;
-    case StatusCode::kUnimplemented:
-      code = grpc::StatusCode::UNIMPLEMENTED;
-      break;
-    case StatusCode::kInternal:
-      code = grpc::StatusCode::INTERNAL;
-      break;
+  if (s.ok()) return grpc::Status::OK;
+  for (const CodePair& c : kCodes) {
+    if (c.engine == s.code()) return {c.grpc, s.message()};
   }
-  return {code, s.message()};
+  return {grpc::StatusCode::UNKNOWN, s.message()};
 }
 
 std::string GrpcCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return "OK";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
-      return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    default:
-      return "UNKNOWN";
+  for (const CodePair& c : kCodes) {
+    if (c.grpc == code) return status_code_name(c.engine);
   }
+  return "UNKNOWN";
 }
 
 std::string NewRequestId() {

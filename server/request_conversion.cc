@@ -44,11 +44,11 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
     case v1::KvCompression::SNAPKV:
       e.kv_compression.method = engine::KvMethod::kSnapKv;
       break;
-    default:
+    default:  // METHOD_UNSPECIFIED: the server default
       break;
   }
-  e.kv_compression.window_size = kv.window_size();
-  e.kv_compression.max_capacity_prompt = kv.max_capacity_prompt();
+  e.kv_compression.window = kv.window_size();
+  e.kv_compression.capacity = kv.max_capacity_prompt();
   e.kv_compression.kernel_size = kv.kernel_size();
   switch (kv.pooling()) {
     case v1::KvCompression::MAX:
@@ -57,7 +57,7 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
     case v1::KvCompression::AVG:
       e.kv_compression.pooling = engine::KvPooling::kAvg;
       break;
-    default:
+    default:  // POOLING_UNSPECIFIED: the server default
       break;
   }
   return e;
@@ -114,18 +114,17 @@ void FillModelInfo(const engine::ModelSummary& s, v1::ModelInfo* out) {
   out->set_head_dim(s.head_dim);
   out->set_vocab_size(s.vocab_size);
   out->set_max_context_length(s.max_context_length);
-  out->set_dtype(s.dtype);
-  out->set_device(s.device);
+  out->set_dtype(engine::dtype_name(s.dtype));
+  out->set_device(engine::device_name(s.device));
+  const engine::KvCompressionConfig& d = s.default_kv_compression;
   auto* kv = out->mutable_default_kv_compression();
-  kv->set_method(s.default_kv_compression.method == engine::KvMethod::kNone
-                     ? v1::KvCompression::NONE
-                     : v1::KvCompression::SNAPKV);
-  kv->set_window_size(s.default_kv_compression.window_size);
-  kv->set_max_capacity_prompt(s.default_kv_compression.max_capacity_prompt);
-  kv->set_kernel_size(s.default_kv_compression.kernel_size);
-  kv->set_pooling(s.default_kv_compression.pooling == engine::KvPooling::kAvg
-                      ? v1::KvCompression::AVG
-                      : v1::KvCompression::MAX);
+  kv->set_method(d.method == engine::KvMethod::kNone ? v1::KvCompression::NONE
+                                                     : v1::KvCompression::SNAPKV);
+  kv->set_window_size(static_cast<uint32_t>(d.window));
+  kv->set_max_capacity_prompt(static_cast<uint32_t>(d.capacity));
+  kv->set_kernel_size(static_cast<uint32_t>(d.kernel_size));
+  kv->set_pooling(d.pooling == engine::KvPooling::kAvg ? v1::KvCompression::AVG
+                                                       : v1::KvCompression::MAX);
   out->set_max_new_tokens_limit(s.max_new_tokens_limit);
   out->set_max_batch_size(s.max_batch_size);
   out->set_kv_cache_capacity_tokens(s.kv_cache_capacity_tokens);

@@ -19,40 +19,27 @@
 namespace snapserve::engine {
 namespace {
 
-StatusOr<at::ScalarType> ParseDtype(const std::string& s) {
-  if (s == "float32") return at::kFloat;
-  if (s == "bfloat16") return at::kBFloat16;
-  if (s == "float16") return at::kHalf;
-  return Status::InvalidArgument("dtype: expected float32, bfloat16 or float16, got '" + s + "'");
+at::ScalarType ToScalarType(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kBFloat16:
+      return at::kBFloat16;
+    case Dtype::kFloat16:
+      return at::kHalf;
+    case Dtype::kFloat32:
+      break;
+  }
+  return at::kFloat;
+}
+
+at::Device ToAtDevice(const Device& device) {
+  if (!device.is_cuda()) return at::Device(at::kCPU);
+  return at::Device(at::kCUDA, static_cast<at::DeviceIndex>(device.index));
 }
 
 StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(const std::string& path) {
   if (std::filesystem::is_directory(path)) return tokenizer::Tokenizer::FromHfDirectory(path);
-  StatusOr<std::unique_ptr<model::GgufFile>> gguf = model::GgufFile::Open(path);
-  if (!gguf.ok()) return gguf.status();
-  return tokenizer::Tokenizer::FromGguf(**gguf);
-}
-
-compress::CompressionConfig DefaultCompression(const EngineOptions& o) {
-  compress::CompressionConfig c;
-  c.method = o.default_kv_method == "none" ? compress::Method::kNone : compress::Method::kSnapKv;
-  c.window = o.snapkv_window;
-  c.capacity = o.snapkv_capacity;
-  c.kernel_size = o.snapkv_kernel;
-  c.pooling = o.snapkv_pooling == "avg" ? kernels::PoolingKind::kAvg : kernels::PoolingKind::kMax;
-  return c;
-}
-
-compress::CompressionRequest ToCompressionRequest(const KvCompressionOptions& o) {
-  compress::CompressionRequest r;
-  if (o.method == KvMethod::kNone) r.method = compress::Method::kNone;
-  if (o.method == KvMethod::kSnapKv) r.method = compress::Method::kSnapKv;
-  r.window = o.window_size;
-  r.capacity = o.max_capacity_prompt;
-  r.kernel_size = o.kernel_size;
-  if (o.pooling == KvPooling::kMax) r.pooling = kernels::PoolingKind::kMax;
-  if (o.pooling == KvPooling::kAvg) r.pooling = kernels::PoolingKind::kAvg;
-  return r;
+  SNAPSERVE_ASSIGN_OR_RETURN(std::unique_ptr<model::GgufFile> gguf, model::GgufFile::Open(path));
+  return tokenizer::Tokenizer::FromGguf(*gguf);
 }
 
 // Releases a request id from the in-flight set when the request ends, then
@@ -80,7 +67,6 @@ class Engine::Impl {
  public:
   EngineOptions options;
   ModelSummary summary;
-  compress::CompressionConfig default_compression;
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<kv::PagedKvCache> cache;
@@ -115,32 +101,21 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   impl->options = options;
   if (options.threads > 0) at::set_num_threads(options.threads);
 
-  StatusOr<at::ScalarType> dtype = ParseDtype(options.dtype);
-  if (!dtype.ok()) return dtype.status();
-  at::Device device(at::kCPU);
-  try {
-    device = at::Device(options.device);
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument("device: " + std::string(e.what()));
-  }
+  const at::ScalarType dtype = ToScalarType(options.dtype);
+  const at::Device device = ToAtDevice(options.device);
   if (device.is_cuda() && !at::hasCUDA()) {
-    return Status::InvalidArgument("device: " + options.device +
+    return Status::InvalidArgument("device: " + device_name(options.device) +
                                    " requested but CUDA is not available");
   }
 
-  impl->default_compression = DefaultCompression(options);
-
-  auto model = model::LoadModel(options.model_path, *dtype, device, log);
-  if (!model.ok()) return model.status();
-  impl->model = std::move(*model);
-  auto tok = LoadTokenizer(options.model_path);
-  if (!tok.ok()) return tok.status();
-  impl->tokenizer = std::move(*tok);
+  SNAPSERVE_ASSIGN_OR_RETURN(
+      impl->model, model::LoadModel(options.model_path, dtype, device, log, options.quantized_dot));
+  SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));
   const model::ModelConfig& mc = impl->model->config();
 
   // Server defaults must be valid on their own (an empty request takes them all).
-  StatusOr<compress::CompressionConfig> defaults = compress::ResolveCompression(
-      impl->default_compression, compress::CompressionRequest{}, mc.max_context);
+  StatusOr<KvCompressionConfig> defaults = compress::ResolveCompression(
+      options.default_kv_compression, KvCompressionOverrides{}, mc.max_context);
   if (!defaults.ok())
     return Status::InvalidArgument("server defaults: " + defaults.status().message());
 
@@ -149,7 +124,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   kc.num_kv_heads = mc.num_kv_heads;
   kc.head_dim = mc.head_dim;
   kc.block_size = options.block_size;
-  kc.dtype = *dtype;
+  kc.dtype = dtype;
   kc.device = device;
   kc.num_blocks = kv::PagedKvCache::NumBlocksForBudget(kc, options.kv_cache_memory_bytes);
   if (kc.num_blocks <= 0) {
@@ -157,9 +132,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
         "kv_cache_memory: " + std::to_string(options.kv_cache_memory_bytes) +
         " bytes hold not even one block");
   }
-  auto cache = kv::PagedKvCache::Create(kc);
-  if (!cache.ok()) return cache.status();
-  impl->cache = std::move(*cache);
+  SNAPSERVE_ASSIGN_OR_RETURN(impl->cache, kv::PagedKvCache::Create(kc));
   log("KV cache: " + std::to_string(kc.num_blocks) + " blocks of " + std::to_string(kc.block_size) +
       " tokens (" + std::to_string(static_cast<int64_t>(kc.num_blocks) * kc.block_size) +
       " tokens)");
@@ -176,15 +149,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   s.vocab_size = static_cast<uint32_t>(mc.vocab);
   s.max_context_length = static_cast<uint32_t>(mc.max_context);
   s.dtype = options.dtype;
-  s.device = device.str();
-  s.default_kv_compression = {
-      impl->default_compression.method == compress::Method::kNone ? KvMethod::kNone
-                                                                  : KvMethod::kSnapKv,
-      static_cast<uint32_t>(impl->default_compression.window),
-      static_cast<uint32_t>(impl->default_compression.capacity),
-      static_cast<uint32_t>(impl->default_compression.kernel_size),
-      impl->default_compression.pooling == kernels::PoolingKind::kAvg ? KvPooling::kAvg
-                                                                      : KvPooling::kMax};
+  s.device = options.device;
+  s.default_kv_compression = options.default_kv_compression;
   s.max_new_tokens_limit = static_cast<uint32_t>(options.max_new_tokens_limit);
   s.max_batch_size = static_cast<uint32_t>(options.max_batch_size);
   s.kv_cache_capacity_tokens = static_cast<uint64_t>(kc.num_blocks) * kc.block_size;
@@ -204,13 +170,12 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
   const model::ModelConfig& mc = m.model->config();
   SNAPSERVE_RETURN_IF_ERROR(ValidateRequest(request, {mc.vocab, m.options.max_new_tokens_limit}));
 
-  StatusOr<compress::CompressionConfig> compression = compress::ResolveCompression(
-      m.default_compression, ToCompressionRequest(request.kv_compression), mc.max_context);
-  if (!compression.ok()) return compression.status();
+  SNAPSERVE_ASSIGN_OR_RETURN(const KvCompressionConfig compression,
+                             compress::ResolveCompression(m.options.default_kv_compression,
+                                                          request.kv_compression, mc.max_context));
 
-  StatusOr<std::vector<int32_t>> prompt = m.PromptIds(request);
-  if (!prompt.ok()) return prompt.status();
-  const int64_t n = static_cast<int64_t>(prompt->size());
+  SNAPSERVE_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, m.PromptIds(request));
+  const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return Status::InvalidArgument("prompt: tokenizes to no tokens");
   const int64_t max_new =
       request.max_new_tokens == 0 ? m.options.default_max_new_tokens : request.max_new_tokens;
@@ -221,7 +186,7 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
   }
   // Reserve every entry the request can ever hold (docs/kv-cache-and-scheduling.md,
   // "Admission and reservation").
-  const int64_t reserve = compress::KeptEntries(*compression, n) + max_new;
+  const int64_t reserve = compress::KeptEntries(compression, n) + max_new;
   if (!m.cache->CanEverFit(reserve)) {
     return Status::ResourceExhausted("request needs " + std::to_string(reserve) +
                                      " KV entries; the whole cache holds " +
@@ -243,8 +208,8 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
   auto seq = std::make_unique<scheduler::Sequence>();
   seq->id = m.next_seq_id++;
   seq->request_id = request.request_id;
-  seq->prompt = std::move(*prompt);
-  seq->compression = *compression;
+  seq->prompt = std::move(prompt);
+  seq->compression = compression;
   seq->max_new_tokens = max_new;
   seq->reserve_tokens = reserve;
   seq->arrival = request.arrival;

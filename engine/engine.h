@@ -17,14 +17,22 @@
 
 #include "engine/common/status.h"
 #include "engine/common/status_or.h"
+#include "engine/engine_types.h"
+#include "engine/result_sink.h"
 
 namespace snapserve::engine {
 
+// Every default of the engine, in one place: the server's flags start from
+// these (server/server_config.h holds an EngineOptions).
 struct EngineOptions {
   std::string model_path;  // .gguf file or Hugging Face directory
   std::string model_id;    // reported name; default: the file name
-  std::string dtype = "float32";
-  std::string device = "cpu";
+  Dtype dtype = Dtype::kFloat32;
+  Device device = Device::Cpu();
+  // GGUF blocks on CPU at decode: exact (bit-equal to the decoded float32
+  // model) or int8 block dot products (faster at batch 1 on CPUs without
+  // fast float32; docs/quantized-weights.md has the measurements).
+  QuantDot quantized_dot = QuantDot::kExact;
   int threads = 0;  // intra-op threads; 0: LibTorch's default
 
   int64_t kv_cache_memory_bytes = int64_t{2} << 30;
@@ -42,24 +50,8 @@ struct EngineOptions {
   // prompt tokens' worth of whole layers (scheduler.h); 0: whole prompts.
   int64_t prefill_chunk_tokens = 512;
 
-  std::string default_kv_method = "snapkv";  // snapkv|none
-  int snapkv_window = 32;
-  int snapkv_capacity = 1024;
-  int snapkv_kernel = 7;
-  std::string snapkv_pooling = "max";  // max|avg
-};
-
-enum class KvMethod { kUnspecified, kNone, kSnapKv };
-enum class KvPooling { kUnspecified, kMax, kAvg };
-enum class FinishReason { kUnspecified, kLength, kEos, kStopSequence, kStopToken };
-
-// Mirrors the API's KvCompression: zero / unspecified fields take server defaults.
-struct KvCompressionOptions {
-  KvMethod method = KvMethod::kUnspecified;
-  uint32_t window_size = 0;
-  uint32_t max_capacity_prompt = 0;
-  uint32_t kernel_size = 0;
-  KvPooling pooling = KvPooling::kUnspecified;
+  // What a request that leaves kv_compression fields unset gets.
+  KvCompressionConfig default_kv_compression;
 };
 
 struct ChatMessage {
@@ -85,36 +77,11 @@ struct GenerationRequest {
   std::vector<uint32_t> stop_token_ids;
   bool ignore_eos = false;
 
-  KvCompressionOptions kv_compression;
+  KvCompressionOverrides kv_compression;
   // Work stops with DEADLINE_EXCEEDED once passed.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   // When the request reached the server (queue and latency figures count from here).
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
-};
-
-struct Usage {
-  uint32_t prompt_tokens = 0;
-  uint32_t completion_tokens = 0;
-  uint32_t kv_prompt_entries = 0;  // per layer and KV head, before compression
-  uint32_t kv_kept_entries = 0;    // after compression
-  float compression_ratio = 1;
-  double queue_ms = 0;
-  double time_to_first_token_ms = 0;
-  double total_ms = 0;
-  double snapkv_ms = -1;  // < 0: no compression ran
-};
-
-// Where one request's results go. Called on the engine's thread: must return
-// quickly and never call back into the engine.
-class ResultSink {
- public:
-  virtual ~ResultSink() = default;
-  // New tokens and the text they complete (text never splits a UTF-8
-  // character and never contains any part of a stop sequence).
-  virtual void OnDelta(const std::vector<uint32_t>& token_ids, const std::string& text) = 0;
-  // Called exactly once per enqueued request, last. `status` is OK, CANCELLED,
-  // DEADLINE_EXCEEDED, UNAVAILABLE (shutdown) or INTERNAL.
-  virtual void OnFinish(const Status& status, FinishReason reason, const Usage& usage) = 0;
 };
 
 struct ModelSummary {
@@ -126,27 +93,12 @@ struct ModelSummary {
   uint32_t head_dim = 0;
   uint32_t vocab_size = 0;
   uint32_t max_context_length = 0;
-  std::string dtype;
-  std::string device;
-  KvCompressionOptions default_kv_compression;
+  Dtype dtype = Dtype::kFloat32;
+  Device device;
+  KvCompressionConfig default_kv_compression;
   uint32_t max_new_tokens_limit = 0;
   uint32_t max_batch_size = 0;
   uint64_t kv_cache_capacity_tokens = 0;
-};
-
-// Batch-level figures for metrics, sampled by the caller at any time.
-struct EngineStats {
-  int64_t running = 0;
-  int64_t waiting = 0;
-  int64_t kv_blocks_free = 0;
-  int64_t kv_blocks_total = 0;
-  double kv_usage_ratio = 0;
-};
-
-// Called on the engine thread after each decode step (metrics hooks).
-struct EngineObserver {
-  std::function<void(int64_t batch_size)> on_decode_step;
-  std::function<void(double seconds)> on_inter_token_latency;
 };
 
 class Engine {
@@ -182,9 +134,8 @@ class Engine {
   // waits for its calls before calling this.)
   void Shutdown();
 
-  class Impl;
-
  private:
+  class Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

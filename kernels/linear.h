@@ -30,20 +30,8 @@ inline constexpr int64_t kLinearSmallRows = 64;
 // returns [m, N] float32
 at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w);
 
-// How the linear multiplies GGUF blocks at decode-sized m (prefill always
-// decodes slices for the float32 GEMM):
-enum class QuantDot {
-  // Each weight row decoded to exactly the float32 values
-  // gguf.quants.dequantize gives, then used as a float32 row would be: the
-  // result equals linear_float32(x, dequantize(w)) bit for bit.
-  kExact,
-  // Activations quantized per 32-block to int8 and integer block dot products
-  // (kernels/quant_dot.h), as llama.cpp computes these formats: several times
-  // fewer instructions per weight. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0; the
-  // K-quants use kExact.
-  kInt8,
-};
-
+// How decode-sized m multiplies GGUF blocks: QuantDot (quant_blocks.h).
+// Prompt-sized m always decodes slices for the float32 GEMM.
 // The same with w [N, K] kept in GGUF blocks.
 at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w,
                             QuantDot dot = QuantDot::kExact);

@@ -34,6 +34,20 @@ enum class QuantType : uint32_t {
   kQ6_K = 14,
 };
 
+// How the linear multiplies GGUF blocks at decode-sized batches
+// (kernels/linear.h):
+enum class QuantDot {
+  // Each weight row decoded to exactly the float32 values
+  // gguf.quants.dequantize gives, then used as a float32 row would be: the
+  // result equals the float32 linear on the decoded weights bit for bit.
+  kExact,
+  // Activations quantized per 32-block to int8 and integer block dot products
+  // (kernels/quant_dot.h), as llama.cpp computes these formats: fewer
+  // instructions per weight at batch 1. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0; the
+  // K-quants use kExact.
+  kInt8,
+};
+
 struct QuantFormat {
   int64_t block_elements;  // weights per block (32, or 256 for the K-quants)
   int64_t block_bytes;

@@ -59,7 +59,7 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
                                                       snapserve::v1::GenerateResponse* response) {
   grpc::Status status = Admission();
   if (!status.ok()) {
-    if (metrics_ != nullptr) metrics_->RecordRequest({.status = "UNAVAILABLE"});
+    if (metrics_ != nullptr) metrics_->RecordRequest({.status = GrpcCodeName(status.error_code())});
     return FinishUnary(ctx, status);
   }
   return StartGenerateCall({engine_.load(), metrics_, &in_flight_}, ctx, request, response);
@@ -69,7 +69,7 @@ grpc::ServerWriteReactor<GenerateStreamResponse>* GenerationService::GenerateStr
     grpc::CallbackServerContext* ctx, const snapserve::v1::GenerateRequest* request) {
   grpc::Status status = Admission();
   if (!status.ok()) {
-    if (metrics_ != nullptr) metrics_->RecordRequest({.status = "UNAVAILABLE"});
+    if (metrics_ != nullptr) metrics_->RecordRequest({.status = GrpcCodeName(status.error_code())});
     return new FinishedWriter(status);
   }
   return StartGenerateStreamCall({engine_.load(), metrics_, &in_flight_}, ctx, request);

@@ -56,28 +56,6 @@ std::shared_ptr<grpc::ServerCredentials> MakeCredentials(const ServerConfig& c,
   return grpc::SslServerCredentials(options);
 }
 
-engine::EngineOptions EngineOptionsFrom(const ServerConfig& c) {
-  engine::EngineOptions o;
-  o.model_path = c.model;
-  o.model_id = c.model_id;
-  o.dtype = c.dtype;
-  o.device = c.device;
-  o.threads = c.threads;
-  o.kv_cache_memory_bytes = c.kv_cache_memory;
-  o.block_size = c.block_size;
-  o.max_batch_size = c.max_batch_size;
-  o.max_queue = c.max_queue;
-  o.max_new_tokens_limit = c.max_new_tokens_limit;
-  o.default_max_new_tokens = c.default_max_new_tokens;
-  o.prefill_chunk_tokens = c.prefill_chunk_tokens;
-  o.default_kv_method = c.default_kv_method;
-  o.snapkv_window = c.snapkv_window;
-  o.snapkv_capacity = c.snapkv_capacity;
-  o.snapkv_kernel = c.snapkv_kernel;
-  o.snapkv_pooling = c.snapkv_pooling;
-  return o;
-}
-
 int Run(const ServerConfig& config) {
   // Signals are taken by sigwait() below, never by a handler: block them
   // before any thread starts so every thread inherits the mask.
@@ -87,7 +65,7 @@ int Run(const ServerConfig& config) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  if (config.model.empty()) {
+  if (config.engine.model_path.empty()) {
     LogEvent("error", "startup_failed", {{"error", "--model is required (see --help)"}});
     return 2;
   }
@@ -132,9 +110,9 @@ int Run(const ServerConfig& config) {
             {"tls", !config.tls_cert.empty()},
             {"mtls", !config.tls_client_ca.empty()}});
 
-  LogEvent("info", "model_loading", {{"model", config.model}});
+  LogEvent("info", "model_loading", {{"model", config.engine.model_path}});
   const auto load_start = std::chrono::steady_clock::now();
-  auto engine = engine::Engine::Create(EngineOptionsFrom(config), [](const std::string& line) {
+  auto engine = engine::Engine::Create(config.engine, [](const std::string& line) {
     LogEvent("info", "model_loading_progress", {{"message", line}});
   });
   if (!engine.ok()) {
@@ -163,7 +141,7 @@ int Run(const ServerConfig& config) {
   const auto& info = (*engine)->model();
   LogEvent(
       "info", "serving",
-      {{"model", config.model},
+      {{"model", config.engine.model_path},
        {"model_id", info.model_id},
        {"layers", info.num_layers},
        {"kv_cache_tokens", info.kv_cache_capacity_tokens},

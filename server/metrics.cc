@@ -6,6 +6,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "engine/common/status.h"
 #include "server/metrics_http.h"
 
 namespace snapserve::server {
@@ -125,9 +126,11 @@ Metrics::Metrics()
       f_(std::make_unique<Families>(*registry_)) {
   // Series exist from the start, at 0, so rate() and alerts see the first
   // error instead of a series that appears out of nowhere.
-  for (const char* code : {"OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED",
-                           "CANCELLED", "UNAVAILABLE", "INTERNAL"}) {
-    f_->requests.Add({{"status", code}});
+  for (StatusCode code :
+       {StatusCode::kOk, StatusCode::kInvalidArgument, StatusCode::kResourceExhausted,
+        StatusCode::kDeadlineExceeded, StatusCode::kCancelled, StatusCode::kUnavailable,
+        StatusCode::kInternal}) {
+    f_->requests.Add({{"status", status_code_name(code)}});
   }
 }
 

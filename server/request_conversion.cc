@@ -44,11 +44,11 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
     case v1::KvCompression::SNAPKV:
       e.kv_compression.method = engine::KvMethod::kSnapKv;
       break;
-    default:
+    default:  // METHOD_UNSPECIFIED: the server default
       break;
   }
-  e.kv_compression.window_size = kv.window_size();
-  e.kv_compression.max_capacity_prompt = kv.max_capacity_prompt();
+  e.kv_compression.window = kv.window_size();
+  e.kv_compression.capacity = kv.max_capacity_prompt();
   e.kv_compression.kernel_size = kv.kernel_size();
   switch (kv.pooling()) {
     case v1::KvCompression::MAX:
@@ -57,7 +57,7 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
     case v1::KvCompression::AVG:
       e.kv_compression.pooling = engine::KvPooling::kAvg;
       break;
-    default:
+    default:  // POOLING_UNSPECIFIED: the server default
       break;
   }
   return e;
@@ -114,79 +114,57 @@ void FillModelInfo(const engine::ModelSummary& s, v1::ModelInfo* out) {
   out->set_head_dim(s.head_dim);
   out->set_vocab_size(s.vocab_size);
   out->set_max_context_length(s.max_context_length);
-  out->set_dtype(s.dtype);
-  out->set_device(s.device);
+  out->set_dtype(engine::dtype_name(s.dtype));
+  out->set_device(engine::device_name(s.device));
+  const engine::KvCompressionConfig& d = s.default_kv_compression;
   auto* kv = out->mutable_default_kv_compression();
-  kv->set_method(s.default_kv_compression.method == engine::KvMethod::kNone
-                     ? v1::KvCompression::NONE
-                     : v1::KvCompression::SNAPKV);
-  kv->set_window_size(s.default_kv_compression.window_size);
-  kv->set_max_capacity_prompt(s.default_kv_compression.max_capacity_prompt);
-  kv->set_kernel_size(s.default_kv_compression.kernel_size);
-  kv->set_pooling(s.default_kv_compression.pooling == engine::KvPooling::kAvg
-                      ? v1::KvCompression::AVG
-                      : v1::KvCompression::MAX);
+  kv->set_method(d.method == engine::KvMethod::kNone ? v1::KvCompression::NONE
+                                                     : v1::KvCompression::SNAPKV);
+  kv->set_window_size(static_cast<uint32_t>(d.window));
+  kv->set_max_capacity_prompt(static_cast<uint32_t>(d.capacity));
+  kv->set_kernel_size(static_cast<uint32_t>(d.kernel_size));
+  kv->set_pooling(d.pooling == engine::KvPooling::kAvg ? v1::KvCompression::AVG
+                                                       : v1::KvCompression::MAX);
   out->set_max_new_tokens_limit(s.max_new_tokens_limit);
   out->set_max_batch_size(s.max_batch_size);
   out->set_kv_cache_capacity_tokens(s.kv_cache_capacity_tokens);
 }
 
+namespace {
+
+// The engine's codes and the gRPC codes they map to: the one table behind
+// ToGrpc and GrpcCodeName (names come from status_code_name).
+struct CodePair {
+  StatusCode engine;
+  grpc::StatusCode grpc;
+};
+constexpr CodePair kCodes[] = {
+    {StatusCode::kOk, grpc::StatusCode::OK},
+    {StatusCode::kInvalidArgument, grpc::StatusCode::INVALID_ARGUMENT},
+    {StatusCode::kResourceExhausted, grpc::StatusCode::RESOURCE_EXHAUSTED},
+    {StatusCode::kDeadlineExceeded, grpc::StatusCode::DEADLINE_EXCEEDED},
+    {StatusCode::kCancelled, grpc::StatusCode::CANCELLED},
+    {StatusCode::kUnavailable, grpc::StatusCode::UNAVAILABLE},
+    {StatusCode::kNotFound, grpc::StatusCode::NOT_FOUND},
+    {StatusCode::kUnimplemented, grpc::StatusCode::UNIMPLEMENTED},
+    {StatusCode::kInternal, grpc::StatusCode::INTERNAL},
+};
+
+}  // namespace
+
 grpc::Status ToGrpc(const Status& s) {
-  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
-  switch (s.code()) {
-    case StatusCode::kOk:
-      return grpc::Status::OK;
-    case StatusCode::kInvalidArgument:
-      code = grpc::StatusCode::INVALID_ARGUMENT;
-      break;
-    case StatusCode::kResourceExhausted:
-      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-      break;
-    case StatusCode::kDeadlineExceeded:
-      code = grpc::StatusCode::DEADLINE_EXCEEDED;
-      break;
-    case StatusCode::kCancelled:
-      code = grpc::StatusCode::CANCELLED;
-      break;
-    case StatusCode::kUnavailable:
-      code = grpc::StatusCode::UNAVAILABLE;
-      break;
-    case StatusCode::kNotFound:
-      code = grpc::StatusCode::NOT_FOUND;
-      break;
-    case StatusCode::kUnimplemented:
-      code = grpc::StatusCode::UNIMPLEMENTED;
-      break;
-    case StatusCode::kInternal:
-      code = grpc::StatusCode::INTERNAL;
-      break;
+  if (s.ok()) return grpc::Status::OK;
+  for (const CodePair& c : kCodes) {
+    if (c.engine == s.code()) return {c.grpc, s.message()};
   }
-  return {code, s.message()};
+  return {grpc::StatusCode::UNKNOWN, s.message()};
 }
 
 std::string GrpcCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return "OK";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
-      return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    default:
-      return "UNKNOWN";
+  for (const CodePair& c : kCodes) {
+    if (c.grpc == code) return status_code_name(c.engine);
   }
+  return "UNKNOWN";
 }
 
 std::string NewRequestId() {

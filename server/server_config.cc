@@ -18,7 +18,8 @@ struct FlagSpec {
   std::function<std::string(const ServerConfig&)> show;
 };
 
-std::string SetInt(int& field, const std::string& v, int64_t lo, int64_t hi) {
+template <typename Int>
+std::string SetInt(Int& field, const std::string& v, int64_t lo, int64_t hi) {
   char* end = nullptr;
   errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
@@ -26,7 +27,7 @@ std::string SetInt(int& field, const std::string& v, int64_t lo, int64_t hi) {
     return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
            "], got '" + v + "'";
   }
-  field = static_cast<int>(x);
+  field = static_cast<Int>(x);
   return "";
 }
 
@@ -41,6 +42,26 @@ std::string SetChoice(std::string& field, const std::string& v,
     all += all.empty() ? c : std::string("|") + c;
   }
   return "expected one of " + all + ", got '" + v + "'";
+}
+
+// The value of `values` whose name is `text`.
+template <typename T>
+StatusOr<T> ParseNamed(const std::string& text, std::initializer_list<T> values,
+                       const char* (*name)(T)) {
+  std::string all;
+  for (T v : values) {
+    if (text == name(v)) return v;
+    all += all.empty() ? name(v) : std::string("|") + name(v);
+  }
+  return Status::InvalidArgument("expected one of " + all + ", got '" + text + "'");
+}
+
+// Stores a parsed value in `field`; returns the parse error's message, or "".
+template <typename T>
+std::string SetParsed(T& field, StatusOr<T> parsed) {
+  if (!parsed.ok()) return parsed.status().message();
+  field = *parsed;
+  return "";
 }
 
 std::string EnvName(const std::string& flag) {
@@ -96,81 +117,108 @@ const std::vector<FlagSpec>& Flags() {
          return o.str();
        }},
       {"model", "model to serve: a .gguf file or a Hugging Face directory",
-       [](ServerConfig& c, const std::string& v) { return c.model = v, ""; },
-       [](const ServerConfig& c) { return c.model; }},
+       [](ServerConfig& c, const std::string& v) { return c.engine.model_path = v, ""; },
+       [](const ServerConfig& c) { return c.engine.model_path; }},
       {"model-id", "name reported by GetModelInfo (default: the model file name)",
-       [](ServerConfig& c, const std::string& v) { return c.model_id = v, ""; },
-       [](const ServerConfig& c) { return c.model_id; }},
+       [](ServerConfig& c, const std::string& v) { return c.engine.model_id = v, ""; },
+       [](const ServerConfig& c) { return c.engine.model_id; }},
       {"dtype", "model dtype (CPU bfloat16: weight-only): float32|bfloat16|float16",
        [](ServerConfig& c, const std::string& v) {
-         return SetChoice(c.dtype, v, {"float32", "bfloat16", "float16"});
+         return SetParsed(c.engine.dtype, ParseDtype(v));
        },
-       [](const ServerConfig& c) { return c.dtype; }},
+       [](const ServerConfig& c) { return std::string(engine::dtype_name(c.engine.dtype)); }},
+      {"quantized-dot",
+       "GGUF blocks at decode (CPU): exact (bit-equal to the decoded model) | int8 (block dot "
+       "products)",
+       [](ServerConfig& c, const std::string& v) {
+         return SetParsed(c.engine.quantized_dot, ParseQuantDot(v));
+       },
+       [](const ServerConfig& c) {
+         return std::string(engine::quant_dot_name(c.engine.quantized_dot));
+       }},
       {"device", "cpu|cuda|cuda:N",
        [](ServerConfig& c, const std::string& v) {
-         if (v == "cpu" || v == "cuda" || v.rfind("cuda:", 0) == 0)
-           return c.device = v, std::string();
-         return "expected cpu, cuda or cuda:N, got '" + v + "'";
+         return SetParsed(c.engine.device, ParseDevice(v));
        },
-       [](const ServerConfig& c) { return c.device; }},
+       [](const ServerConfig& c) { return engine::device_name(c.engine.device); }},
       {"kv-cache-memory", "bytes for the paged KV cache (e.g. 2GiB)",
        [](ServerConfig& c, const std::string& v) {
          const int64_t b = ParseByteSize(v);
          if (b <= 0) return "expected a positive size like 2GiB, got '" + v + "'";
-         c.kv_cache_memory = b;
+         c.engine.kv_cache_memory_bytes = b;
          return std::string();
        },
-       [](const ServerConfig& c) { return std::to_string(c.kv_cache_memory); }},
+       [](const ServerConfig& c) { return std::to_string(c.engine.kv_cache_memory_bytes); }},
       {"block-size", "tokens per KV cache block",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.block_size, v, 1, 1024); },
-       [](const ServerConfig& c) { return std::to_string(c.block_size); }},
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.engine.block_size, v, 1, 1024);
+       },
+       [](const ServerConfig& c) { return std::to_string(c.engine.block_size); }},
       {"max-batch-size", "most sequences in one decode step",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.max_batch_size, v, 1, 4096); },
-       [](const ServerConfig& c) { return std::to_string(c.max_batch_size); }},
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.engine.max_batch_size, v, 1, 4096);
+       },
+       [](const ServerConfig& c) { return std::to_string(c.engine.max_batch_size); }},
       {"max-queue", "most requests waiting for admission; more get RESOURCE_EXHAUSTED",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.max_queue, v, 0, 1 << 20); },
-       [](const ServerConfig& c) { return std::to_string(c.max_queue); }},
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.engine.max_queue, v, 0, 1 << 20);
+       },
+       [](const ServerConfig& c) { return std::to_string(c.engine.max_queue); }},
       {"max-new-tokens-limit", "largest max_new_tokens a request may ask for",
        [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.max_new_tokens_limit, v, 1, 1 << 20);
+         return SetInt(c.engine.max_new_tokens_limit, v, 1, 1 << 20);
        },
-       [](const ServerConfig& c) { return std::to_string(c.max_new_tokens_limit); }},
+       [](const ServerConfig& c) { return std::to_string(c.engine.max_new_tokens_limit); }},
       {"default-max-new-tokens", "max_new_tokens when a request leaves it 0",
        [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.default_max_new_tokens, v, 1, 1 << 20);
+         return SetInt(c.engine.default_max_new_tokens, v, 1, 1 << 20);
        },
-       [](const ServerConfig& c) { return std::to_string(c.default_max_new_tokens); }},
+       [](const ServerConfig& c) { return std::to_string(c.engine.default_max_new_tokens); }},
       {"prefill-chunk-tokens",
        "while others decode, prefill work between two decode steps, in prompt tokens "
        "(whole layers; 0: whole prompts)",
        [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.prefill_chunk_tokens, v, 0, 1 << 20);
+         return SetInt(c.engine.prefill_chunk_tokens, v, 0, 1 << 20);
        },
-       [](const ServerConfig& c) { return std::to_string(c.prefill_chunk_tokens); }},
+       [](const ServerConfig& c) { return std::to_string(c.engine.prefill_chunk_tokens); }},
       {"threads", "CPU threads for compute (0: all cores)",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.threads, v, 0, 4096); },
-       [](const ServerConfig& c) { return std::to_string(c.threads); }},
+       [](ServerConfig& c, const std::string& v) { return SetInt(c.engine.threads, v, 0, 4096); },
+       [](const ServerConfig& c) { return std::to_string(c.engine.threads); }},
       {"default-kv-method", "KV compression when a request does not say: snapkv|none",
        [](ServerConfig& c, const std::string& v) {
-         return SetChoice(c.default_kv_method, v, {"snapkv", "none"});
+         return SetParsed(c.engine.default_kv_compression.method, ParseKvMethod(v));
        },
-       [](const ServerConfig& c) { return c.default_kv_method; }},
+       [](const ServerConfig& c) {
+         return std::string(engine::kv_method_name(c.engine.default_kv_compression.method));
+       }},
       {"snapkv-window", "SnapKV observation window w",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.snapkv_window, v, 1, 1 << 20); },
-       [](const ServerConfig& c) { return std::to_string(c.snapkv_window); }},
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.engine.default_kv_compression.window, v, 1, 1 << 20);
+       },
+       [](const ServerConfig& c) {
+         return std::to_string(c.engine.default_kv_compression.window);
+       }},
       {"snapkv-capacity", "SnapKV prompt entries kept per layer and KV head (C, window included)",
        [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.snapkv_capacity, v, 2, 1 << 24);
+         return SetInt(c.engine.default_kv_compression.capacity, v, 2, 1 << 24);
        },
-       [](const ServerConfig& c) { return std::to_string(c.snapkv_capacity); }},
+       [](const ServerConfig& c) {
+         return std::to_string(c.engine.default_kv_compression.capacity);
+       }},
       {"snapkv-kernel", "SnapKV pooling kernel size (odd)",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.snapkv_kernel, v, 1, 1023); },
-       [](const ServerConfig& c) { return std::to_string(c.snapkv_kernel); }},
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.engine.default_kv_compression.kernel_size, v, 1, 1023);
+       },
+       [](const ServerConfig& c) {
+         return std::to_string(c.engine.default_kv_compression.kernel_size);
+       }},
       {"snapkv-pooling", "SnapKV pooling: max|avg",
        [](ServerConfig& c, const std::string& v) {
-         return SetChoice(c.snapkv_pooling, v, {"max", "avg"});
+         return SetParsed(c.engine.default_kv_compression.pooling, ParseKvPooling(v));
        },
-       [](const ServerConfig& c) { return c.snapkv_pooling; }},
+       [](const ServerConfig& c) {
+         return std::string(engine::kv_pooling_name(c.engine.default_kv_compression.pooling));
+       }},
       {"log-level", "trace|debug|info|warn|error",
        [](ServerConfig& c, const std::string& v) {
          return SetChoice(c.log_level, v, {"trace", "debug", "info", "warn", "error"});
@@ -193,13 +241,15 @@ std::string CheckConsistency(const ServerConfig& c) {
     return "--tls-cert and --tls-key must be given together";
   if (!c.tls_client_ca.empty() && c.tls_cert.empty())
     return "--tls-client-ca needs --tls-cert and --tls-key";
-  if (c.snapkv_kernel % 2 == 0)
-    return "--snapkv-kernel must be odd, got " + std::to_string(c.snapkv_kernel);
-  if (c.snapkv_window >= c.snapkv_capacity) {
+  if (c.engine.default_kv_compression.kernel_size % 2 == 0)
+    return "--snapkv-kernel must be odd, got " +
+           std::to_string(c.engine.default_kv_compression.kernel_size);
+  if (c.engine.default_kv_compression.window >= c.engine.default_kv_compression.capacity) {
     return "--snapkv-window must be less than --snapkv-capacity (" +
-           std::to_string(c.snapkv_window) + " >= " + std::to_string(c.snapkv_capacity) + ")";
+           std::to_string(c.engine.default_kv_compression.window) +
+           " >= " + std::to_string(c.engine.default_kv_compression.capacity) + ")";
   }
-  if (c.default_max_new_tokens > c.max_new_tokens_limit)
+  if (c.engine.default_max_new_tokens > c.engine.max_new_tokens_limit)
     return "--default-max-new-tokens exceeds --max-new-tokens-limit";
   if (c.port != 0 && c.port == c.metrics_port) return "--port and --metrics-port must differ";
   return "";
@@ -234,13 +284,48 @@ int64_t ParseByteSize(const std::string& text) {
   return static_cast<int64_t>(bytes);
 }
 
+StatusOr<engine::KvMethod> ParseKvMethod(const std::string& text) {
+  return ParseNamed(text, {engine::KvMethod::kSnapKv, engine::KvMethod::kNone},
+                    &engine::kv_method_name);
+}
+
+StatusOr<engine::KvPooling> ParseKvPooling(const std::string& text) {
+  return ParseNamed(text, {engine::KvPooling::kMax, engine::KvPooling::kAvg},
+                    &engine::kv_pooling_name);
+}
+
+StatusOr<engine::Dtype> ParseDtype(const std::string& text) {
+  return ParseNamed(text,
+                    {engine::Dtype::kFloat32, engine::Dtype::kBFloat16, engine::Dtype::kFloat16},
+                    &engine::dtype_name);
+}
+
+StatusOr<engine::QuantDot> ParseQuantDot(const std::string& text) {
+  return ParseNamed(text, {engine::QuantDot::kExact, engine::QuantDot::kInt8},
+                    &engine::quant_dot_name);
+}
+
+StatusOr<engine::Device> ParseDevice(const std::string& text) {
+  if (text == "cpu") return engine::Device::Cpu();
+  if (text == "cuda") return engine::Device::Cuda();
+  const std::string prefix = "cuda:";
+  if (text.rfind(prefix, 0) == 0) {
+    const std::string n = text.substr(prefix.size());
+    // A plain decimal index that fits c10::DeviceIndex (int8_t).
+    const bool digits =
+        !n.empty() && n.size() <= 3 && n.find_first_not_of("0123456789") == std::string::npos;
+    if (digits && std::stoi(n) <= 127) return engine::Device::Cuda(std::stoi(n));
+  }
+  return Status::InvalidArgument("expected cpu, cuda or cuda:N, got '" + text + "'");
+}
+
 std::string ServerHelp() {
   std::ostringstream out;
   out << "snapserve: gRPC LLM inference with SnapKV KV-cache compression\n\n"
          "usage: snapserve --model=PATH [--flag=value ...]\n\n"
          "Every flag can also be set through the environment variable shown;\n"
          "the command line wins.\n\n";
-  const ServerConfig defaults;
+  const ServerConfig defaults;  // the engine's defaults (engine.h)
   for (const auto& f : Flags()) {
     out << "  --" << f.name << "=VALUE\n      " << f.help << "\n      env " << EnvName(f.name)
         << ", default '" << f.show(defaults) << "'\n";

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+
 namespace snapserve::server {
 
 struct ServerConfig {
@@ -21,29 +23,9 @@ struct ServerConfig {
   std::string tls_client_ca;  // PEM file; when set, clients must present a certificate it signed
   double shutdown_grace_s = 30;
 
-  // Model.
-  std::string model;  // .gguf file or Hugging Face directory
-  std::string model_id;
-  std::string dtype = "float32";
-  std::string device = "cpu";
-
-  // Engine limits.
-  int64_t kv_cache_memory = int64_t{2} << 30;  // bytes
-  int block_size = 16;
-  int max_batch_size = 16;
-  int max_queue = 256;
-  int max_new_tokens_limit = 4096;
-  int default_max_new_tokens = 256;
-  int threads = 0;  // 0: all cores
-  // Prefill work between two decode steps while others decode (engine.h).
-  int prefill_chunk_tokens = 512;
-
-  // SnapKV defaults (docs/snapkv.md, "Parameters").
-  std::string default_kv_method = "snapkv";
-  int snapkv_window = 32;
-  int snapkv_capacity = 1024;
-  int snapkv_kernel = 7;
-  std::string snapkv_pooling = "max";
+  // The model, the engine's limits and the SnapKV defaults:
+  // the engine's own options, whose defaults are the flags' defaults.
+  engine::EngineOptions engine;
 
   std::string log_level = "info";
 };
@@ -66,5 +48,15 @@ std::string ServerHelp();
 
 // Parses sizes like "2GiB", "512MiB", "1e9", "1073741824". Returns -1 when invalid.
 int64_t ParseByteSize(const std::string& text);
+
+// The engine's enums from their names (engine_types.h): the one place strings
+// become these types. On an unknown string, the error names the accepted
+// values: "expected one of snapkv|none, got 'x'".
+StatusOr<engine::KvMethod> ParseKvMethod(const std::string& text);
+StatusOr<engine::KvPooling> ParseKvPooling(const std::string& text);
+StatusOr<engine::Dtype> ParseDtype(const std::string& text);
+StatusOr<engine::QuantDot> ParseQuantDot(const std::string& text);
+// "cpu", "cuda" or "cuda:N".
+StatusOr<engine::Device> ParseDevice(const std::string& text);
 
 }  // namespace snapserve::server

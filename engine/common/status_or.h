@@ -42,3 +42,20 @@ class [[nodiscard]] StatusOr {
     ::snapserve::Status _snapserve_st = (expr);    \
     if (!_snapserve_st.ok()) return _snapserve_st; \
   } while (0)
+
+// Evaluates `expr` (a StatusOr<T>); returns its Status from the enclosing
+// function when it is not OK, else moves its value into `lhs`, which may
+// declare a variable:
+//   SNAPSERVE_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path));
+//   SNAPSERVE_ASSIGN_OR_RETURN(impl->model, LoadModel(...));
+// Expands to more than one statement: not for an unbraced if/else branch.
+#define SNAPSERVE_ASSIGN_OR_RETURN(lhs, expr) \
+  SNAPSERVE_ASSIGN_OR_RETURN_IMPL_(SNAPSERVE_STATUS_CONCAT_(_snapserve_or_, __LINE__), lhs, expr)
+
+#define SNAPSERVE_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                     \
+  if (!tmp.ok()) return tmp.status();                    \
+  lhs = std::move(tmp).value()
+
+#define SNAPSERVE_STATUS_CONCAT_(a, b) SNAPSERVE_STATUS_CONCAT_INNER_(a, b)
+#define SNAPSERVE_STATUS_CONCAT_INNER_(a, b) a##b

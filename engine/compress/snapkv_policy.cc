@@ -12,16 +12,16 @@ Status Invalid(const char* field, const std::string& why) {
 
 }  // namespace
 
-StatusOr<CompressionConfig> ResolveCompression(const CompressionConfig& server_default,
-                                               const CompressionRequest& request,
-                                               int64_t max_context) {
-  CompressionConfig config = server_default;
+StatusOr<KvCompressionConfig> ResolveCompression(const KvCompressionConfig& server_default,
+                                                 const KvCompressionOverrides& request,
+                                                 int64_t max_context) {
+  KvCompressionConfig config = server_default;
   if (request.method) config.method = *request.method;
   if (request.window != 0) config.window = request.window;
   if (request.capacity != 0) config.capacity = request.capacity;
   if (request.kernel_size != 0) config.kernel_size = request.kernel_size;
   if (request.pooling) config.pooling = *request.pooling;
-  if (config.method == Method::kNone) return config;
+  if (config.method == KvMethod::kNone) return config;
 
   if (config.window < 1) {
     return Invalid("window_size", "must be at least 1, got " + std::to_string(config.window));
@@ -49,15 +49,15 @@ StatusOr<CompressionConfig> ResolveCompression(const CompressionConfig& server_d
   return config;
 }
 
-bool ShouldCompress(const CompressionConfig& config, int64_t n) {
-  return config.method == Method::kSnapKv && n > config.capacity;
+bool ShouldCompress(const KvCompressionConfig& config, int64_t n) {
+  return config.method == KvMethod::kSnapKv && n > config.capacity;
 }
 
-int64_t KeptEntries(const CompressionConfig& config, int64_t n) {
+int64_t KeptEntries(const KvCompressionConfig& config, int64_t n) {
   return ShouldCompress(config, n) ? config.capacity : n;
 }
 
-kernels::SnapKvParams ToSnapKvParams(const CompressionConfig& config) {
+kernels::SnapKvParams ToSnapKvParams(const KvCompressionConfig& config) {
   return kernels::SnapKvParams{config.window, config.capacity, config.kernel_size, config.pooling,
                                config.group_reduce};
 }

@@ -8,7 +8,7 @@
 
 namespace snapserve::compress {
 
-kv::KvSelector MakeSnapKvSelector(const CompressionConfig& config,
+kv::KvSelector MakeSnapKvSelector(const KvCompressionConfig& config,
                                   std::shared_ptr<SelectionTimer> timer) {
   const kernels::SnapKvParams params = ToSnapKvParams(config);
   return [params, timer](int64_t /*layer*/, const at::Tensor& q, const at::Tensor& k,

@@ -19,7 +19,7 @@ struct SelectionTimer {
 
 // A selector keeping the SnapKV selection of `config` (which must be SnapKV
 // and apply to the prompt: ShouldCompress). `timer` may be null.
-kv::KvSelector MakeSnapKvSelector(const CompressionConfig& config,
+kv::KvSelector MakeSnapKvSelector(const KvCompressionConfig& config,
                                   std::shared_ptr<SelectionTimer> timer);
 
 }  // namespace snapserve::compress

@@ -11,9 +11,8 @@ BlockTable::BlockTable(int32_t block_size) : block_size_(block_size) {
 Status BlockTable::EnsureCapacity(int64_t tokens, BlockPool& pool) {
   const int64_t need = BlocksFor(tokens, block_size_) - static_cast<int64_t>(block_ids_.size());
   if (need <= 0) return Status::Ok();
-  auto blocks = pool.Allocate(need);
-  if (!blocks.ok()) return blocks.status();
-  block_ids_.insert(block_ids_.end(), blocks->begin(), blocks->end());
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> blocks, pool.Allocate(need));
+  block_ids_.insert(block_ids_.end(), blocks.begin(), blocks.end());
   return Status::Ok();
 }
 

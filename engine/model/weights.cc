@@ -228,12 +228,6 @@ StatusOr<LlamaWeights> AssembleWeights(const ModelConfig& c, WeightSource& sourc
   LlamaWeights w;
   const int64_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
 
-#define SNAPSERVE_ASSIGN_OR_RETURN(lhs, expr) \
-  {                                           \
-    auto _r = (expr);                         \
-    if (!_r.ok()) return _r.status();         \
-    lhs = std::move(_r).value();              \
-  }
   try {
     SNAPSERVE_ASSIGN_OR_RETURN(w.embed,
                                loader.GetLinear("model.embed_tokens.weight", c.vocab, c.hidden));
@@ -272,7 +266,6 @@ StatusOr<LlamaWeights> AssembleWeights(const ModelConfig& c, WeightSource& sourc
     return Status::Internal(std::string("assembling weights failed: ") +
                             e.what_without_backtrace());
   }
-#undef SNAPSERVE_ASSIGN_OR_RETURN
 
   if (log) {
     const double secs =

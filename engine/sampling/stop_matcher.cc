@@ -44,20 +44,6 @@ size_t incomplete_utf8_tail(std::string_view text) {
 
 }  // namespace
 
-const char* finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kStopSequence:
-      return "stop_sequence";
-    case FinishReason::kStopToken:
-      return "stop_token";
-  }
-  return "unknown";
-}
-
 StopMatcher::StopMatcher(StopCriteria criteria) : criteria_(std::move(criteria)) {
   std::erase_if(criteria_.stop, [](const std::string& s) { return s.empty(); });
 }

@@ -15,11 +15,12 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/engine_types.h"
+
 namespace snapserve::sampling {
 
-enum class FinishReason { kLength, kEos, kStopSequence, kStopToken };
-
-const char* finish_reason_name(FinishReason reason);
+// The engine's (engine_types.h); OnToken never returns kUnspecified.
+using engine::FinishReason;
 
 struct StopCriteria {
   int64_t max_new_tokens = 0;     // > 0

@@ -14,20 +14,6 @@ namespace {
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-engine::FinishReason ToEngine(sampling::FinishReason r) {
-  switch (r) {
-    case sampling::FinishReason::kLength:
-      return engine::FinishReason::kLength;
-    case sampling::FinishReason::kEos:
-      return engine::FinishReason::kEos;
-    case sampling::FinishReason::kStopSequence:
-      return engine::FinishReason::kStopSequence;
-    case sampling::FinishReason::kStopToken:
-      return engine::FinishReason::kStopToken;
-  }
-  return engine::FinishReason::kUnspecified;
-}
-
 }  // namespace
 
 Scheduler::Scheduler(model::LlamaModel& model, kv::PagedKvCache& cache,
@@ -324,11 +310,11 @@ void Scheduler::HandleToken(Sequence& seq, int32_t token, Clock::time_point now,
   seq.sampler->Accept(token);
   seq.next_token = token;
 
-  const std::optional<sampling::FinishReason> end = seq.stop->OnToken(token);
+  const std::optional<engine::FinishReason> end = seq.stop->OnToken(token);
   std::vector<uint32_t> ids;
   std::string text;
   bool stopped_on_text = false;
-  if (end == sampling::FinishReason::kEos || end == sampling::FinishReason::kStopToken) {
+  if (end == engine::FinishReason::kEos || end == engine::FinishReason::kStopToken) {
     // The stopping token itself is not part of the output.
     text = seq.stop->OnText(seq.decoder->Flush()).emit + seq.stop->Flush();
   } else {
@@ -336,7 +322,7 @@ void Scheduler::HandleToken(Sequence& seq, int32_t token, Clock::time_point now,
     const auto r = seq.stop->OnText(seq.decoder->Push(token));
     text = r.emit;
     stopped_on_text = r.stopped;
-    if (!stopped_on_text && end == sampling::FinishReason::kLength) {
+    if (!stopped_on_text && end == engine::FinishReason::kLength) {
       const auto tail = seq.stop->OnText(seq.decoder->Flush());
       text += tail.emit;
       stopped_on_text = tail.stopped;
@@ -347,7 +333,7 @@ void Scheduler::HandleToken(Sequence& seq, int32_t token, Clock::time_point now,
   if (stopped_on_text) {
     Finish(seq, Status::Ok(), engine::FinishReason::kStopSequence);
   } else if (end.has_value()) {
-    Finish(seq, Status::Ok(), ToEngine(*end));
+    Finish(seq, Status::Ok(), *end);
   } else {
     *finished = false;
     return;

@@ -26,22 +26,24 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/engine.h"
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/model/llama_model.h"
+#include "engine/result_sink.h"
 #include "engine/scheduler/sequence.h"
 
 namespace snapserve::scheduler {
 
+// The engine fills every field from its EngineOptions, which hold the
+// defaults (engine.h); none are repeated here.
 struct SchedulerOptions {
-  int64_t max_batch_size = 16;
-  int64_t max_queue = 256;
+  int64_t max_batch_size = 0;
+  int64_t max_queue = 0;
   // Prompt tokens admitted into prefill per iteration (and in prefill at once).
-  int64_t max_prefill_tokens_per_step = 4096;
+  int64_t max_prefill_tokens_per_step = 0;
   // While sequences are decoding, the prefill work done between two decode
   // steps: prefill_chunk_tokens x num_layers token-layers, in whole layers (at
   // least one per prompt). 0: every prompt's prefill runs whole.
-  int64_t prefill_chunk_tokens = 512;
+  int64_t prefill_chunk_tokens = 0;
 };
 
 class Scheduler {

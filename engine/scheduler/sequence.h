@@ -12,8 +12,8 @@
 
 #include "engine/compress/snapkv_policy.h"
 #include "engine/compress/snapkv_selector.h"
-#include "engine/engine.h"
 #include "engine/model/llama_model.h"
+#include "engine/result_sink.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_matcher.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -26,7 +26,7 @@ struct Sequence {
   int64_t id = 0;  // the KV cache's sequence id, unique per engine
   std::string request_id;
   std::vector<int32_t> prompt;
-  compress::CompressionConfig compression;
+  engine::KvCompressionConfig compression;
   int64_t max_new_tokens = 0;
   int64_t reserve_tokens = 0;  // KV entries reserved at admission
 

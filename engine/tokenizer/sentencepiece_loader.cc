@@ -52,20 +52,18 @@ void AddTokensFrom(Tokenizer* t, const json& tokens) {
 
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerLoader::FromSentencePieceDirectory(
     const std::string& dir, const json& tokenizer_json) {
-  StatusOr<std::unique_ptr<SentencePieceModel>> loaded =
-      SentencePieceModel::Load(dir + "/tokenizer.model");
-  if (!loaded.ok()) return loaded.status();
-  const SentencePieceModel& sp = **loaded;
-  std::unique_ptr<Tokenizer> t = Make(std::move(loaded).value());
+  SNAPSERVE_ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceModel> loaded,
+                             SentencePieceModel::Load(dir + "/tokenizer.model"));
+  const SentencePieceModel& sp = *loaded;
+  std::unique_ptr<Tokenizer> t = Make(std::move(loaded));
   for (int32_t id = 0; id < sp.size(); ++id) {
     if (sp.IsSpecialPiece(id)) AddToken(t.get(), std::string(sp.TokenText(id)), id, true);
   }
   if (tokenizer_json.is_object())
     AddTokensFrom(t.get(), tokenizer_json.value("added_tokens", json()));
 
-  StatusOr<json> config = ReadJson(dir + "/tokenizer_config.json", false);
-  if (!config.ok()) return config.status();
-  const json& cfg = config->is_object() ? *config : json::object();
+  SNAPSERVE_ASSIGN_OR_RETURN(const json config, ReadJson(dir + "/tokenizer_config.json", false));
+  const json& cfg = config.is_object() ? config : json::object();
   AddTokensFrom(t.get(), cfg.value("added_tokens_decoder", json()));
 
   int32_t bos = sp.bos_id(), eos = sp.eos_id();

@@ -230,35 +230,34 @@ void TemplateIds(const json& post, std::vector<int32_t>* prefix, std::vector<int
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromHfDirectory(const std::string& dir) {
   const std::string path = dir + "/tokenizer.json";
-  StatusOr<json> tj = ReadJson(path, false);
-  if (!tj.ok()) return tj.status();
+  SNAPSERVE_ASSIGN_OR_RETURN(json tj, ReadJson(path, false));
   // Llama-2 / Mistral-7B-v0.1 directories: their tokenizer.json (if any) is
   // HF's conversion of tokenizer.model; the original runs instead.
-  if ((tj->is_null() || !IsByteLevelBpeJson(*tj)) &&
+  if ((tj.is_null() || !IsByteLevelBpeJson(tj)) &&
       std::filesystem::exists(dir + "/tokenizer.model")) {
-    return TokenizerLoader::FromSentencePieceDirectory(dir, *tj);
+    return TokenizerLoader::FromSentencePieceDirectory(dir, tj);
   }
-  if (tj->is_null()) {
+  if (tj.is_null()) {
     return Status::NotFound(path + ": cannot open (and there is no SentencePiece tokenizer.model)");
   }
   auto error = [&](const std::string& what) { return Status::InvalidArgument(path + ": " + what); };
-  const json& model = (*tj)["model"];
+  const json& model = tj["model"];
   if (!model.is_object() || Str(model, "type") != "BPE") {
     return Status::Unimplemented(path + ": only BPE models are supported");
   }
-  if (tj->contains("normalizer") && !(*tj)["normalizer"].is_null()) {
+  if (tj.contains("normalizer") && !tj["normalizer"].is_null()) {
     return Status::Unimplemented(path + ": normalizers are not supported");
   }
-  const json& decoder = tj->value("decoder", json());
+  const json& decoder = tj.value("decoder", json());
   if (!decoder.is_object() || Str(decoder, "type") != "ByteLevel") {
     return Status::Unimplemented(path + ": only the ByteLevel decoder is supported");
   }
-  StatusOr<PreTokenizerType> pre = DetectPreTokenizer(tj->value("pre_tokenizer", json()));
+  StatusOr<PreTokenizerType> pre = DetectPreTokenizer(tj.value("pre_tokenizer", json()));
   if (!pre.ok()) return Status(pre.status().code(), path + ": " + pre.status().message());
 
   // Ids come from the vocab map and from added_tokens (which may lie past it).
   const json& vocab = model.value("vocab", json::object());
-  const json& added = tj->value("added_tokens", json::array());
+  const json& added = tj.value("added_tokens", json::array());
   int64_t size = 0;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     size = std::max(size, it->get<int64_t>() + 1);
@@ -300,14 +299,13 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromHfDirectory(const std::strin
                               a.value("special", false));
   }
 
-  StatusOr<json> config = ReadJson(dir + "/tokenizer_config.json", false);
-  if (!config.ok()) return config.status();
-  const json& cfg = config->is_object() ? *config : json::object();
+  SNAPSERVE_ASSIGN_OR_RETURN(const json config, ReadJson(dir + "/tokenizer_config.json", false));
+  const json& cfg = config.is_object() ? config : json::object();
   int32_t bos = -1, eos = -1;
   if (std::string s = TokenContent(cfg, "bos_token"); !s.empty()) bos = t->model_->Find(s);
   if (std::string s = TokenContent(cfg, "eos_token"); !s.empty()) eos = t->model_->Find(s);
   std::vector<int32_t> prefix, suffix;
-  TemplateIds(tj->value("post_processor", json()), &prefix, &suffix);
+  TemplateIds(tj.value("post_processor", json()), &prefix, &suffix);
   TokenizerLoader::SetSpecialIds(t.get(), bos, eos, std::move(prefix), std::move(suffix));
 
   TokenizerLoader::SetChatTemplateFromDirectory(t.get(), dir, cfg);

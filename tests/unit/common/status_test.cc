@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <set>
+#include <string>
+
 namespace snapserve {
 namespace {
 
@@ -22,6 +26,25 @@ TEST(StatusTest, CodeNamesMatchGrpcSpelling) {
   EXPECT_STREQ(status_code_name(StatusCode::kResourceExhausted), "RESOURCE_EXHAUSTED");
   EXPECT_STREQ(status_code_name(StatusCode::kDeadlineExceeded), "DEADLINE_EXCEEDED");
   EXPECT_STREQ(status_code_name(StatusCode::kUnavailable), "UNAVAILABLE");
+}
+
+TEST(StatusTest, EveryCodeHasItsOwnName) {
+  const StatusCode all[] = {StatusCode::kOk,
+                            StatusCode::kInvalidArgument,
+                            StatusCode::kResourceExhausted,
+                            StatusCode::kDeadlineExceeded,
+                            StatusCode::kCancelled,
+                            StatusCode::kUnavailable,
+                            StatusCode::kNotFound,
+                            StatusCode::kUnimplemented,
+                            StatusCode::kInternal};
+  std::set<std::string> names;
+  for (StatusCode c : all) {
+    const std::string name = status_code_name(c);
+    EXPECT_NE(name, "UNKNOWN");
+    names.insert(name);
+  }
+  EXPECT_EQ(names.size(), std::size(all));
 }
 
 }  // namespace

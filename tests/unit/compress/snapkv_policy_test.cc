@@ -13,10 +13,10 @@ using kernels::PoolingKind;
 constexpr int64_t kMaxContext = 8192;
 
 TEST(CompressPolicy, EmptyRequestTakesServerDefaults) {
-  const CompressionConfig defaults;
+  const KvCompressionConfig defaults;
   auto got = ResolveCompression(defaults, {}, kMaxContext);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
-  EXPECT_EQ(got->method, Method::kSnapKv);
+  EXPECT_EQ(got->method, KvMethod::kSnapKv);
   EXPECT_EQ(got->window, 32);
   EXPECT_EQ(got->capacity, 1024);
   EXPECT_EQ(got->kernel_size, 7);
@@ -25,7 +25,7 @@ TEST(CompressPolicy, EmptyRequestTakesServerDefaults) {
 }
 
 TEST(CompressPolicy, SetFieldsOverrideDefaults) {
-  CompressionRequest req;
+  KvCompressionOverrides req;
   req.window = 16;
   req.capacity = 2048;
   req.kernel_size = 5;
@@ -37,7 +37,7 @@ TEST(CompressPolicy, SetFieldsOverrideDefaults) {
   EXPECT_EQ(got->kernel_size, 5);
   EXPECT_EQ(got->pooling, PoolingKind::kAvg);
 
-  CompressionRequest partial;  // only one field: the rest stay default
+  KvCompressionOverrides partial;  // only one field: the rest stay default
   partial.kernel_size = 3;
   auto got2 = ResolveCompression({}, partial, kMaxContext);
   ASSERT_TRUE(got2.ok());
@@ -46,7 +46,7 @@ TEST(CompressPolicy, SetFieldsOverrideDefaults) {
   EXPECT_EQ(got2->capacity, 1024);
 }
 
-void ExpectInvalid(const CompressionConfig& defaults, const CompressionRequest& req,
+void ExpectInvalid(const KvCompressionConfig& defaults, const KvCompressionOverrides& req,
                    const std::string& message, int64_t max_context = kMaxContext) {
   auto got = ResolveCompression(defaults, req, max_context);
   ASSERT_FALSE(got.ok());
@@ -55,13 +55,13 @@ void ExpectInvalid(const CompressionConfig& defaults, const CompressionRequest& 
 }
 
 TEST(CompressPolicy, EvenKernelIsRejected) {
-  CompressionRequest req;
+  KvCompressionOverrides req;
   req.kernel_size = 4;
   ExpectInvalid({}, req, "kv_compression.kernel_size: must be odd, got 4");
 }
 
 TEST(CompressPolicy, WindowMustBeBelowCapacity) {
-  CompressionRequest req;
+  KvCompressionOverrides req;
   req.capacity = 16;  // default window 32
   ExpectInvalid({}, req,
                 "kv_compression.window_size: must be less than max_capacity_prompt (32 >= 16)");
@@ -73,13 +73,13 @@ TEST(CompressPolicy, WindowMustBeBelowCapacity) {
 }
 
 TEST(CompressPolicy, ZeroWindowInDefaultsIsRejected) {
-  CompressionConfig defaults;
+  KvCompressionConfig defaults;
   defaults.window = 0;  // a request cannot send 0 (it means unset); a bad config can
   ExpectInvalid(defaults, {}, "kv_compression.window_size: must be at least 1, got 0");
 }
 
 TEST(CompressPolicy, CapacityAboveContextIsRejected) {
-  CompressionRequest req;
+  KvCompressionOverrides req;
   req.capacity = 10000;
   ExpectInvalid({}, req,
                 "kv_compression.max_capacity_prompt: must be at most the model's context length "
@@ -89,7 +89,7 @@ TEST(CompressPolicy, CapacityAboveContextIsRejected) {
 }
 
 TEST(CompressPolicy, HugeKernelIsRejected) {
-  CompressionRequest req;
+  KvCompressionOverrides req;
   req.kernel_size = 4000001;
   ExpectInvalid({}, req,
                 "kv_compression.kernel_size: must be at most the model's context length "
@@ -97,28 +97,28 @@ TEST(CompressPolicy, HugeKernelIsRejected) {
 }
 
 TEST(CompressPolicy, MethodNoneSkipsValidation) {
-  CompressionRequest req;
-  req.method = Method::kNone;
+  KvCompressionOverrides req;
+  req.method = KvMethod::kNone;
   req.kernel_size = 4;  // unused when nothing is compressed
   auto got = ResolveCompression({}, req, kMaxContext);
   ASSERT_TRUE(got.ok());
-  EXPECT_EQ(got->method, Method::kNone);
+  EXPECT_EQ(got->method, KvMethod::kNone);
   EXPECT_EQ(KeptEntries(*got, 5000), 5000);
   EXPECT_FALSE(ShouldCompress(*got, 5000));
 }
 
 TEST(CompressPolicy, RequestCanEnableSnapKvOverNoneDefault) {
-  CompressionConfig defaults;
-  defaults.method = Method::kNone;
-  CompressionRequest req;
-  req.method = Method::kSnapKv;
+  KvCompressionConfig defaults;
+  defaults.method = KvMethod::kNone;
+  KvCompressionOverrides req;
+  req.method = KvMethod::kSnapKv;
   auto got = ResolveCompression(defaults, req, kMaxContext);
   ASSERT_TRUE(got.ok());
-  EXPECT_EQ(got->method, Method::kSnapKv);
+  EXPECT_EQ(got->method, KvMethod::kSnapKv);
 }
 
 TEST(CompressPolicy, KeptEntries) {
-  const CompressionConfig config;  // C = 1024
+  const KvCompressionConfig config;  // C = 1024
   EXPECT_EQ(KeptEntries(config, 1), 1);
   EXPECT_EQ(KeptEntries(config, 1024), 1024);  // n <= C: everything (step 1)
   EXPECT_EQ(KeptEntries(config, 1025), 1024);
@@ -128,7 +128,7 @@ TEST(CompressPolicy, KeptEntries) {
 }
 
 TEST(CompressPolicy, ToSnapKvParams) {
-  CompressionConfig config;
+  KvCompressionConfig config;
   config.pooling = PoolingKind::kAvg;
   config.group_reduce = GroupReduce::kMax;
   const kernels::SnapKvParams p = ToSnapKvParams(config);

@@ -29,17 +29,131 @@ TEST(ServerConfigTest, DefaultsMatchTheDesign) {
   ASSERT_FALSE(r.exit) << r.message;
   EXPECT_EQ(r.config.port, 50051);
   EXPECT_EQ(r.config.metrics_port, 9464);
-  EXPECT_EQ(r.config.snapkv_window, 32);
-  EXPECT_EQ(r.config.snapkv_capacity, 1024);
-  EXPECT_EQ(r.config.snapkv_kernel, 7);
-  EXPECT_EQ(r.config.snapkv_pooling, "max");
+  const engine::KvCompressionConfig& kv = r.config.engine.default_kv_compression;
+  EXPECT_EQ(kv.method, engine::KvMethod::kSnapKv);
+  EXPECT_EQ(kv.window, 32);
+  EXPECT_EQ(kv.capacity, 1024);
+  EXPECT_EQ(kv.kernel_size, 7);
+  EXPECT_EQ(kv.pooling, engine::KvPooling::kMax);
+  EXPECT_EQ(r.config.engine.dtype, engine::Dtype::kFloat32);
+  EXPECT_EQ(r.config.engine.device, engine::Device::Cpu());
+}
+
+// The flags' defaults are the engine's: ServerConfig holds an EngineOptions
+// and repeats none of its numbers.
+TEST(ServerConfigTest, DefaultsAreTheEngineDefaults) {
+  ParseResult r = Parse({});
+  ASSERT_FALSE(r.exit) << r.message;
+  const engine::EngineOptions defaults;
+  const engine::EngineOptions& got = r.config.engine;
+  EXPECT_EQ(got.kv_cache_memory_bytes, defaults.kv_cache_memory_bytes);
+  EXPECT_EQ(got.block_size, defaults.block_size);
+  EXPECT_EQ(got.max_batch_size, defaults.max_batch_size);
+  EXPECT_EQ(got.max_queue, defaults.max_queue);
+  EXPECT_EQ(got.max_new_tokens_limit, defaults.max_new_tokens_limit);
+  EXPECT_EQ(got.default_max_new_tokens, defaults.default_max_new_tokens);
+  EXPECT_EQ(got.prefill_chunk_tokens, defaults.prefill_chunk_tokens);
+  EXPECT_EQ(got.threads, defaults.threads);
+  // --help shows them.
+  const std::string help = ServerHelp();
+  EXPECT_NE(help.find("default '2147483648'"), std::string::npos);
+  EXPECT_NE(help.find("default 'snapkv'"), std::string::npos);
+  EXPECT_NE(help.find("default 'float32'"), std::string::npos);
+  EXPECT_NE(help.find("default 'cpu'"), std::string::npos);
+}
+
+TEST(ServerConfigTest, EveryKvMethodName) {
+  EXPECT_EQ(*ParseKvMethod("snapkv"), engine::KvMethod::kSnapKv);
+  EXPECT_EQ(*ParseKvMethod("none"), engine::KvMethod::kNone);
+  EXPECT_EQ(Parse({"--default-kv-method=none"}).config.engine.default_kv_compression.method,
+            engine::KvMethod::kNone);
+  EXPECT_EQ(Parse({"--default-kv-method=snapkv"}).config.engine.default_kv_compression.method,
+            engine::KvMethod::kSnapKv);
+  for (engine::KvMethod m : {engine::KvMethod::kNone, engine::KvMethod::kSnapKv}) {
+    EXPECT_EQ(*ParseKvMethod(engine::kv_method_name(m)), m);  // names round-trip
+  }
+}
+
+TEST(ServerConfigTest, EveryPoolingName) {
+  EXPECT_EQ(*ParseKvPooling("max"), engine::KvPooling::kMax);
+  EXPECT_EQ(*ParseKvPooling("avg"), engine::KvPooling::kAvg);
+  EXPECT_EQ(Parse({"--snapkv-pooling=avg"}).config.engine.default_kv_compression.pooling,
+            engine::KvPooling::kAvg);
+  EXPECT_EQ(Parse({"--snapkv-pooling=max"}).config.engine.default_kv_compression.pooling,
+            engine::KvPooling::kMax);
+}
+
+TEST(ServerConfigTest, EveryDtypeName) {
+  EXPECT_EQ(*ParseDtype("float32"), engine::Dtype::kFloat32);
+  EXPECT_EQ(*ParseDtype("bfloat16"), engine::Dtype::kBFloat16);
+  EXPECT_EQ(*ParseDtype("float16"), engine::Dtype::kFloat16);
+  for (const char* name : {"float32", "bfloat16", "float16"}) {
+    ParseResult r = Parse({std::string("--dtype=") + name});
+    ASSERT_FALSE(r.exit) << r.message;
+    EXPECT_STREQ(engine::dtype_name(r.config.engine.dtype), name);
+  }
+}
+
+TEST(ServerConfigTest, EveryQuantizedDotName) {
+  EXPECT_EQ(Parse({}).config.engine.quantized_dot, engine::QuantDot::kExact);
+  EXPECT_EQ(Parse({"--quantized-dot=int8"}).config.engine.quantized_dot, engine::QuantDot::kInt8);
+  EXPECT_EQ(Parse({"--quantized-dot=exact"}).config.engine.quantized_dot, engine::QuantDot::kExact);
+  ParseResult bad = Parse({"--quantized-dot=fast"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.message, "--quantized-dot: expected one of exact|int8, got 'fast'");
+}
+
+TEST(ServerConfigTest, EveryDeviceForm) {
+  EXPECT_EQ(*ParseDevice("cpu"), engine::Device::Cpu());
+  EXPECT_EQ(*ParseDevice("cuda"), engine::Device::Cuda());
+  EXPECT_EQ(*ParseDevice("cuda:0"), engine::Device::Cuda(0));
+  EXPECT_EQ(*ParseDevice("cuda:3"), engine::Device::Cuda(3));
+  EXPECT_EQ(*ParseDevice("cuda:127"), engine::Device::Cuda(127));
+  for (const char* name : {"cpu", "cuda", "cuda:0", "cuda:7"}) {
+    ParseResult r = Parse({std::string("--device=") + name});
+    ASSERT_FALSE(r.exit) << r.message;
+    EXPECT_EQ(engine::device_name(r.config.engine.device), name);
+  }
+  for (const char* bad : {"tpu", "", "CPU", "cuda:", "cuda:x", "cuda:-1", "cuda:128", "cuda:1a"}) {
+    StatusOr<engine::Device> d = ParseDevice(bad);
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_EQ(d.status().message(), std::string("expected cpu, cuda or cuda:N, got '") + bad + "'");
+  }
+}
+
+// An unknown value names the flag (or its variable) and every accepted value.
+TEST(ServerConfigTest, UnknownNamesListTheAcceptedValues) {
+  struct Case {
+    const char* flag;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{"--default-kv-method=h2o",
+                "--default-kv-method: expected one of snapkv|none, got 'h2o'"},
+           Case{"--snapkv-pooling=min", "--snapkv-pooling: expected one of max|avg, got 'min'"},
+           Case{"--dtype=int8", "--dtype: expected one of float32|bfloat16|float16, got 'int8'"},
+           Case{"--device=tpu", "--device: expected cpu, cuda or cuda:N, got 'tpu'"},
+           Case{"--device=cuda:x", "--device: expected cpu, cuda or cuda:N, got 'cuda:x'"},
+       }) {
+    ParseResult r = Parse({c.flag});
+    EXPECT_TRUE(r.exit) << c.flag;
+    EXPECT_EQ(r.exit_code, 2) << c.flag;
+    EXPECT_EQ(r.message, c.message);
+  }
+  ParseResult env = Parse({}, {{"SNAPSERVE_DEFAULT_KV_METHOD", "None"}});
+  EXPECT_EQ(env.exit_code, 2);
+  EXPECT_EQ(env.message, "SNAPSERVE_DEFAULT_KV_METHOD: expected one of snapkv|none, got 'None'");
+  EXPECT_FALSE(ParseKvMethod("").ok());
+  EXPECT_FALSE(ParseKvPooling("MAX").ok());
+  EXPECT_FALSE(ParseDtype("fp16").ok());
 }
 
 TEST(ServerConfigTest, PrefillChunkTokensFlagAndEnvironment) {
-  EXPECT_EQ(Parse({}).config.prefill_chunk_tokens, 512);
-  EXPECT_EQ(Parse({"--prefill-chunk-tokens=0"}).config.prefill_chunk_tokens, 0);
-  EXPECT_EQ(Parse({}, {{"SNAPSERVE_PREFILL_CHUNK_TOKENS", "256"}}).config.prefill_chunk_tokens,
-            256);
+  EXPECT_EQ(Parse({}).config.engine.prefill_chunk_tokens, 512);
+  EXPECT_EQ(Parse({"--prefill-chunk-tokens=0"}).config.engine.prefill_chunk_tokens, 0);
+  EXPECT_EQ(
+      Parse({}, {{"SNAPSERVE_PREFILL_CHUNK_TOKENS", "256"}}).config.engine.prefill_chunk_tokens,
+      256);
   ParseResult bad = Parse({"--prefill-chunk-tokens=-1"});
   EXPECT_TRUE(bad.exit);
   EXPECT_EQ(bad.exit_code, 2);
@@ -49,9 +163,9 @@ TEST(ServerConfigTest, PrefillChunkTokensFlagAndEnvironment) {
 TEST(ServerConfigTest, DashesUnderscoresAndSeparateValues) {
   ParseResult r = Parse({"--kv-cache-memory=512MiB", "--max_queue", "7", "--model", "/m.gguf"});
   ASSERT_FALSE(r.exit) << r.message;
-  EXPECT_EQ(r.config.kv_cache_memory, int64_t{512} << 20);
-  EXPECT_EQ(r.config.max_queue, 7);
-  EXPECT_EQ(r.config.model, "/m.gguf");
+  EXPECT_EQ(r.config.engine.kv_cache_memory_bytes, int64_t{512} << 20);
+  EXPECT_EQ(r.config.engine.max_queue, 7);
+  EXPECT_EQ(r.config.engine.model_path, "/m.gguf");
 }
 
 TEST(ServerConfigTest, EnvironmentIsOverriddenByCommandLine) {
@@ -59,7 +173,7 @@ TEST(ServerConfigTest, EnvironmentIsOverriddenByCommandLine) {
       Parse({"--port=6000"}, {{"SNAPSERVE_PORT", "5000"}, {"SNAPSERVE_DTYPE", "bfloat16"}});
   ASSERT_FALSE(r.exit) << r.message;
   EXPECT_EQ(r.config.port, 6000);
-  EXPECT_EQ(r.config.dtype, "bfloat16");
+  EXPECT_EQ(r.config.engine.dtype, engine::Dtype::kBFloat16);
 }
 
 TEST(ServerConfigTest, BadValuesNameTheFlag) {

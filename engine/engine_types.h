@@ -1,0 +1,78 @@
+// The engine's vocabulary: one type per concept (KV method, pooling, dtype,
+// device, finish reason, SnapKV parameters), shared by the public engine.h and
+// the engine's own modules (compress/, sampling/, scheduler/), and the one
+// spelling of each value. Strings are parsed into these types in exactly one
+// place, server/server_config.cc (flags); the proto's enums are converted in
+// server/request_conversion.cc. Includes no LibTorch, gRPC or protobuf header.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kernels/quant_blocks.h"
+#include "kernels/snapkv_select.h"
+
+namespace snapserve::engine {
+
+// How a request's prompt KV entries are kept: all of them, or SnapKV's pick.
+enum class KvMethod { kNone, kSnapKv };
+
+// How SnapKV smooths its per-position scores: the kernel's own enum.
+using KvPooling = kernels::PoolingKind;
+
+// How decode steps multiply GGUF weights kept in blocks: the kernel's own enum
+// (exact decoding, or int8 block dot products).
+using QuantDot = kernels::QuantDot;
+
+// The model's weights and KV cache dtype.
+enum class Dtype { kFloat32, kBFloat16, kFloat16 };
+
+// Where the model runs: the CPU, or a CUDA device (index -1: the current one).
+struct Device {
+  enum class Kind { kCpu, kCuda };
+  Kind kind = Kind::kCpu;
+  int index = -1;  // kCuda only
+
+  static Device Cpu() { return {}; }
+  static Device Cuda(int index = -1) { return {Kind::kCuda, index}; }
+  bool is_cuda() const { return kind == Kind::kCuda; }
+  bool operator==(const Device&) const = default;
+};
+
+// Why a request stopped generating; kUnspecified when it ended with an error.
+enum class FinishReason { kUnspecified, kLength, kEos, kStopSequence, kStopToken };
+
+// A SnapKV configuration with every field set: the server's defaults, and a
+// request's after its overrides are merged in (compress/snapkv_policy.h).
+struct KvCompressionConfig {
+  KvMethod method = KvMethod::kSnapKv;
+  int64_t window = 32;      // w, the API's window_size
+  int64_t capacity = 1024;  // C, the API's max_capacity_prompt (window included)
+  int64_t kernel_size = 7;
+  KvPooling pooling = KvPooling::kMax;
+  // Server-side only (not in the API): how a GQA group's heads are combined.
+  kernels::GroupReduce group_reduce = kernels::GroupReduce::kMean;
+};
+
+// A request's optional overrides, as the API's KvCompression: 0 or unset
+// means "use the server default".
+struct KvCompressionOverrides {
+  std::optional<KvMethod> method;
+  uint32_t window = 0;
+  uint32_t capacity = 0;
+  uint32_t kernel_size = 0;
+  std::optional<KvPooling> pooling;
+};
+
+// The one spelling of each value, as flags, logs and ModelInfo write them:
+// "snapkv"/"none", "max"/"avg", "float32"/"bfloat16"/"float16",
+// "cpu"/"cuda"/"cuda:N", "length"/"eos"/"stop_sequence"/"stop_token".
+const char* kv_method_name(KvMethod method);
+const char* kv_pooling_name(KvPooling pooling);
+const char* dtype_name(Dtype dtype);
+const char* quant_dot_name(QuantDot dot);  // "exact", "int8"
+std::string device_name(const Device& device);
+const char* finish_reason_name(FinishReason reason);
+
+}  // namespace snapserve::engine

@@ -1,0 +1,58 @@
+// What the engine reports back: a request's results (ResultSink, Usage) and
+// the batch-level figures for metrics (EngineStats, EngineObserver). Shared by
+// the public engine.h and the scheduler, which produces them, so that
+// scheduler/ needs no part of the public engine API. Includes no LibTorch,
+// gRPC or protobuf header.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/common/status.h"
+#include "engine/engine_types.h"
+
+namespace snapserve::engine {
+
+struct Usage {
+  uint32_t prompt_tokens = 0;
+  uint32_t completion_tokens = 0;
+  uint32_t kv_prompt_entries = 0;  // per layer and KV head, before compression
+  uint32_t kv_kept_entries = 0;    // after compression
+  float compression_ratio = 1;
+  double queue_ms = 0;
+  double time_to_first_token_ms = 0;
+  double total_ms = 0;
+  double snapkv_ms = -1;  // < 0: no compression ran
+};
+
+// Where one request's results go. Called on the engine's thread: must return
+// quickly and never call back into the engine.
+class ResultSink {
+ public:
+  virtual ~ResultSink() = default;
+  // New tokens and the text they complete (text never splits a UTF-8
+  // character and never contains any part of a stop sequence).
+  virtual void OnDelta(const std::vector<uint32_t>& token_ids, const std::string& text) = 0;
+  // Called exactly once per enqueued request, last. `status` is OK, CANCELLED,
+  // DEADLINE_EXCEEDED, UNAVAILABLE (shutdown) or INTERNAL.
+  virtual void OnFinish(const Status& status, FinishReason reason, const Usage& usage) = 0;
+};
+
+// Batch-level figures for metrics, sampled by the caller at any time.
+struct EngineStats {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t kv_blocks_free = 0;
+  int64_t kv_blocks_total = 0;
+  double kv_usage_ratio = 0;
+};
+
+// Called on the engine thread after each decode step (metrics hooks).
+struct EngineObserver {
+  std::function<void(int64_t batch_size)> on_decode_step;
+  std::function<void(double seconds)> on_inter_token_latency;
+};
+
+}  // namespace snapserve::engine

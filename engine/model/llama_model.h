@@ -109,8 +109,9 @@ class LlamaModel {
   at::Tensor inv_freq_;  // [head_dim / 2] float32
 };
 
-// Loads a model: a .gguf file or a Hugging Face directory (config.json +
-// safetensors). `log` receives progress lines (default: stderr).
+// Loads a model: a .gguf file, a Hugging Face directory (config.json +
+// safetensors) or a synthetic spec (synthetic_weights.h). `log` receives progress lines (default:
+// stderr).
 StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::ScalarType dtype,
                                                 at::Device device, const LogFn& log = LogToStderr);
 

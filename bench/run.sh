@@ -36,6 +36,7 @@ run() {  # run NAME ARGS... : one guarded benchmark
 run engine_throughput.py "${FULL[@]}"
 run snapkv_perf.py "${FULL[@]}"
 run server_load.py "${FULL[@]}"
+run synthetic_decode.py "${FULL[@]}"
 # Peer comparisons, when present (they take their own flags; no --full).
 run model_vs_hf.py
 run snapkv_quality.py

@@ -116,9 +116,10 @@ class LlamaModel {
   kernels::QuantDot quant_dot_ = kernels::QuantDot::kExact;
 };
 
-// Loads a model: a .gguf file or a Hugging Face directory (config.json +
-// safetensors). `log` receives progress lines (default: stderr). `quant_dot`
-// applies to GGUF blocks kept quantized on CPU.
+// Loads a model: a .gguf file, a Hugging Face directory (config.json +
+// safetensors) or a synthetic spec (synthetic_weights.h). `log` receives
+// progress lines (default: stderr). `quant_dot` applies to GGUF blocks kept
+// quantized on CPU.
 StatusOr<std::unique_ptr<LlamaModel>> LoadModel(
     const std::string& path, at::ScalarType dtype, at::Device device,
     const LogFn& log = LogToStderr, kernels::QuantDot quant_dot = kernels::QuantDot::kExact);

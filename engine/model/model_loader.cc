@@ -1,5 +1,7 @@
 // LoadModel (declared in llama_model.h): picks the format from the path, reads
 // the config, loads the weights, and converts any c10::Error into a Status.
+// A path `synthetic:<preset>...` is no file: random weights of a preset's
+// shapes (synthetic_weights.h).
 #include <sys/stat.h>
 
 #include <chrono>
@@ -8,6 +10,7 @@
 #include "engine/model/gguf_file.h"
 #include "engine/model/gguf_weights.h"
 #include "engine/model/llama_model.h"
+#include "engine/model/synthetic_weights.h"
 #include "kernels/cpu_isa.h"
 
 namespace snapserve::model {
@@ -34,7 +37,12 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::Sca
   const auto start = std::chrono::steady_clock::now();
   ModelConfig config;
   std::unique_ptr<WeightSource> source;
-  if (IsDirectory(path)) {
+  if (IsSyntheticSpec(path)) {
+    auto spec = ParseSyntheticSpec(path);
+    if (!spec.ok()) return spec.status();
+    config = spec->config;
+    source = OpenSyntheticWeights(*spec);
+  } else if (IsDirectory(path)) {
     auto c = LoadHfConfig(path);
     if (!c.ok()) return c.status();
     config = std::move(c).value();
@@ -50,7 +58,9 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::Sca
     config = std::move(c).value();
     source = OpenGgufWeights(file, config);
   } else {
-    return Status::InvalidArgument(path + ": expected a .gguf file or a Hugging Face directory");
+    return Status::InvalidArgument(path +
+                                   ": expected a .gguf file, a Hugging Face directory or "
+                                   "synthetic:<preset>[?format=<f>][&seed=<n>]");
   }
   if (log) log(path + ": " + config.DebugString());
   auto weights = AssembleWeights(config, *source, dtype, device, log);

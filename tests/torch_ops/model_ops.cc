@@ -10,6 +10,7 @@
 
 #include "engine/model/dense_kv_store.h"
 #include "engine/model/llama_model.h"
+#include "engine/model/synthetic_weights.h"
 
 namespace snapserve::model {
 namespace {
@@ -161,6 +162,14 @@ at::Tensor ModelDecodeLogits(const std::string& path, const std::string& dtype, 
   return at::stack(rows);
 }
 
+// Bytes of weight matrices one CPU decode step of a synthetic model reads
+// (bench/synthetic_decode.py's bandwidth figure).
+int64_t SyntheticWeightBytes(const std::string& spec, const std::string& dtype) {
+  auto s = ParseSyntheticSpec(spec);
+  TORCH_CHECK(s.ok(), s.status().ToString());
+  return SyntheticDecodeBytes(*s, ParseDtype(dtype));
+}
+
 }  // namespace
 }  // namespace snapserve::model
 
@@ -178,4 +187,6 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
         &snapserve::model::ModelGreedyBatch);
   m.def("model_time(str path, str dtype, int[] ids, int decode_steps) -> float[]",
         &snapserve::model::ModelTime);
+  m.def("synthetic_decode_bytes(str spec, str dtype) -> int",
+        &snapserve::model::SyntheticWeightBytes);
 }

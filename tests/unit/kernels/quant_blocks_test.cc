@@ -5,32 +5,29 @@
 // tests/python/test_quant_blocks.py.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <c10/util/Half.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "kernels/linear.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/quant_dot.h"
 #include "kernels/quant_matrix.h"
+#include "kernels/random_blocks.h"
 
 namespace snapserve::kernels {
 namespace {
 
 struct TypeCase {
   QuantType type;
-  std::vector<int> half_fields;  // byte offsets of float16 scales in a block
 };
 
 const std::vector<TypeCase>& Types() {
   static const std::vector<TypeCase> kTypes = {
-      {QuantType::kQ4_0, {0}},    {QuantType::kQ4_1, {0, 2}}, {QuantType::kQ5_0, {0}},
-      {QuantType::kQ5_1, {0, 2}}, {QuantType::kQ8_0, {0}},    {QuantType::kQ2_K, {80, 82}},
-      {QuantType::kQ3_K, {108}},  {QuantType::kQ4_K, {0, 2}}, {QuantType::kQ5_K, {0, 2}},
-      {QuantType::kQ6_K, {208}},
+      {QuantType::kQ4_0}, {QuantType::kQ4_1}, {QuantType::kQ5_0}, {QuantType::kQ5_1},
+      {QuantType::kQ8_0}, {QuantType::kQ2_K}, {QuantType::kQ3_K}, {QuantType::kQ4_K},
+      {QuantType::kQ5_K}, {QuantType::kQ6_K},
   };
   return kTypes;
 }
@@ -39,16 +36,7 @@ const std::vector<TypeCase>& Types() {
 at::Tensor RandomBlocks(const TypeCase& c, int64_t rows, int64_t blocks_per_row, uint32_t seed) {
   const QuantFormat& f = quant_format(c.type);
   at::Tensor data = at::empty({rows, blocks_per_row * f.block_bytes}, at::kByte);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 0.05f);
-  uint8_t* p = data.data_ptr<uint8_t>();
-  for (int64_t i = 0; i < data.numel(); ++i) p[i] = static_cast<uint8_t>(rng() & 0xFF);
-  for (int64_t b = 0; b < rows * blocks_per_row; ++b) {
-    for (int off : c.half_fields) {
-      const uint16_t bits = c10::Half(normal(rng)).x;
-      std::memcpy(p + b * f.block_bytes + off, &bits, 2);
-    }
-  }
+  random_blocks(c.type, seed, 0.05f, rows * blocks_per_row, data.data_ptr<uint8_t>());
   return data;
 }
 

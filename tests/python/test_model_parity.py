@@ -14,6 +14,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may be downloaded
 import pytest
 import torch
 
+from reference.hf_greedy import hf_greedy  # noqa: E402
+
 BASE = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=256, max_position_embeddings=1024,
             rms_norm_eps=1e-6, initializer_range=0.1, bos_token_id=1, eos_token_id=2)
@@ -59,18 +61,7 @@ def _prompt(length, vocab, seed):
     return torch.randint(3, vocab, (length,), generator=g).tolist()
 
 
-@torch.no_grad()
-def _hf_greedy(model, ids, max_new):
-    """Greedy decoding through transformers' own KV cache (no generate():
-    random models may emit EOS, which must not stop the comparison)."""
-    out = model(torch.tensor([ids]), use_cache=True)
-    past, tokens = out.past_key_values, []
-    for _ in range(max_new):
-        nxt = int(out.logits[0, -1].argmax())
-        tokens.append(nxt)
-        out = model(torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
-        past = out.past_key_values
-    return tokens
+_hf_greedy = hf_greedy
 
 
 @pytest.mark.parametrize("name", list(TINY))

@@ -24,6 +24,7 @@ import torch
 gguf = pytest.importorskip("gguf")
 
 from reference import gguf_requant  # noqa: E402
+from reference.hf_greedy import hf_greedy  # noqa: E402
 
 T = gguf.GGMLQuantizationType
 # type -> byte offsets of its float16 scale fields within a block
@@ -201,16 +202,7 @@ def mixed_model(request, model_path, tmp_path_factory):
     return request.param, path, hf, tok, ids, logits
 
 
-def _hf_greedy(model, ids, max_new):
-    with torch.no_grad():
-        out = model(torch.tensor([ids]), use_cache=True)
-        past, tokens = out.past_key_values, []
-        for _ in range(max_new):
-            nxt = int(out.logits[0, -1].argmax())
-            tokens.append(nxt)
-            out = model(torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
-            past = out.past_key_values
-    return tokens
+_hf_greedy = hf_greedy
 
 
 @pytest.mark.slow

@@ -66,7 +66,7 @@ def test_bad_cpu_isa_fails_the_start_and_a_cap_is_logged(start_server, model_pat
     assert out.returncode != 0
     assert "SNAPSERVE_CPU_ISA=sse9: expected portable, avx2 or avx512" in out.stdout + out.stderr
     server = start_server([f"--model={model_path}"], env={"SNAPSERVE_CPU_ISA": "portable"})
-    assert "(CPU kernels: portable)" in server.logs()
+    assert "(CPU kernels: portable," in server.logs()
 
 
 def test_health_reflection_metrics(start_server, model_path, pb):

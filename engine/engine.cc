@@ -156,10 +156,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   s.kv_cache_capacity_tokens = static_cast<uint64_t>(kc.num_blocks) * kc.block_size;
 
   impl->scheduler = std::make_unique<scheduler::Scheduler>(
-      *impl->model, *impl->cache, *impl->tokenizer,
-      scheduler::SchedulerOptions{options.max_batch_size, options.max_queue,
-                                  options.max_prefill_tokens_per_step,
-                                  options.prefill_chunk_tokens});
+      *impl->model, *impl->cache,
+      scheduler::SchedulerOptions{
+          scheduler::StepLimits{options.max_batch_size, options.max_step_tokens,
+                                options.max_prefill_tokens_per_step, options.block_size},
+          options.max_queue});
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

@@ -43,12 +43,15 @@ struct EngineOptions {
   int default_max_new_tokens = 256;
   // Most prompt tokens in prefill at once: admission adds no prompt beyond it,
   // except that the head of the queue is admitted whatever its length when no
-  // other prompt is in prefill. Not a server flag. (What keeps running streams
-  // going while long prompts arrive is prefill_chunk_tokens.)
+  // other prompt is in prefill. A prompt split into chunks holds its K/V of
+  // every layer until its last chunk, so this bounds that memory. Not a
+  // server flag.
   int64_t max_prefill_tokens_per_step = 4096;
-  // While other requests decode, prefill work between two decode steps, in
-  // prompt tokens' worth of whole layers (scheduler.h); 0: whole prompts.
-  int64_t prefill_chunk_tokens = 512;
+  // Tokens one step computes while requests decode: their decode tokens
+  // first, prompt chunks in the rest (scheduler/step_planner.h). Smaller:
+  // shorter gaps between a stream's tokens while prompts arrive; larger:
+  // faster prefill. The default is measured (docs/kv-cache-and-scheduling.md).
+  int64_t max_step_tokens = 256;
 
   // What a request that leaves kv_compression fields unset gets.
   KvCompressionConfig default_kv_compression;

@@ -174,13 +174,13 @@ const std::vector<FlagSpec>& Flags() {
          return SetInt(c.engine.default_max_new_tokens, v, 1, 1 << 20);
        },
        [](const ServerConfig& c) { return std::to_string(c.engine.default_max_new_tokens); }},
-      {"prefill-chunk-tokens",
-       "while others decode, prefill work between two decode steps, in prompt tokens "
-       "(whole layers; 0: whole prompts)",
+      {"max-step-tokens",
+       "tokens one step computes while requests decode: their decode tokens, then "
+       "prompt chunks (chunked prefill)",
        [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.prefill_chunk_tokens, v, 0, 1 << 20);
+         return SetInt(c.engine.max_step_tokens, v, 1, 1 << 20);
        },
-       [](const ServerConfig& c) { return std::to_string(c.engine.prefill_chunk_tokens); }},
+       [](const ServerConfig& c) { return std::to_string(c.engine.max_step_tokens); }},
       {"threads", "CPU threads for compute (0: all cores)",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.engine.threads, v, 0, 4096); },
        [](const ServerConfig& c) { return std::to_string(c.engine.threads); }},

@@ -14,9 +14,9 @@ kv::KvSelector MakeSnapKvSelector(const KvCompressionConfig& config,
   return [params, timer](int64_t /*layer*/, const at::Tensor& q, const at::Tensor& k,
                          const at::Tensor& v) {
     const auto start = std::chrono::steady_clock::now();
-    const int64_t n = k.size(1);
-    // q [num_heads, n, d]: the observation window is its last w positions.
-    const at::Tensor q_window = q.narrow(1, n - params.window, params.window);
+    // q [num_heads, r, d] holds the prompt's last r >= w queries (kv_store.h):
+    // the observation window is its last w rows.
+    const at::Tensor q_window = q.narrow(1, q.size(1) - params.window, params.window);
     const at::Tensor keep = kernels::snapkv_select(q_window, k, params);  // [G, C]
     std::pair<at::Tensor, at::Tensor> kept{kernels::snapkv_gather(k, keep),
                                            kernels::snapkv_gather(v, keep)};

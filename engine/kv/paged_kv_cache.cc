@@ -207,13 +207,9 @@ at::Tensor PagedKvCache::DecodeAttention(const std::vector<int64_t>& seqs, int64
               " out of range");
   TORCH_CHECK(q.dim() == 3 && q.size(0) == static_cast<int64_t>(seqs.size()),
               "PagedKvCache: q must be [", seqs.size(), ", H, d], got ", q.sizes());
-  if (layer == 0) {
-    BeginDecodeStep(seqs);
-  } else {
-    TORCH_CHECK(step_ && step_->seqs == seqs && step_->next_layer == layer,
-                "PagedKvCache: decode layer ", layer,
-                " does not continue the step begun at layer 0 with the same sequences");
-  }
+  TORCH_CHECK(step_ && step_->seqs == seqs && step_->next_layer == layer,
+              "PagedKvCache: decode layer ", layer,
+              " does not continue a step begun (BeginDecodeStep) with the same sequences");
   const auto opts = at::TensorOptions().dtype(config_.dtype).device(config_.device);
   kernels::kv_append(key_caches_[layer], value_caches_[layer], k.to(opts), v.to(opts),
                      step_->slots);
@@ -226,14 +222,17 @@ at::Tensor PagedKvCache::DecodeAttention(const std::vector<int64_t>& seqs, int64
                                                    step_->context_lens, scale);
 
   step_->next_layer = layer + 1;
-  if (step_->next_layer == config_.num_layers) {
-    for (int64_t id : seqs) {
-      BlockTable& t = Find(id).table;
-      t.set_num_tokens(t.num_tokens() + 1);
-    }
-    step_.reset();
-  }
   return out.to(q.scalar_type());
+}
+
+void PagedKvCache::EndDecodeStep() {
+  TORCH_CHECK(step_ && step_->next_layer == config_.num_layers,
+              "PagedKvCache: EndDecodeStep before every layer of the step ran");
+  for (int64_t id : step_->seqs) {
+    BlockTable& t = Find(id).table;
+    t.set_num_tokens(t.num_tokens() + 1);
+  }
+  step_.reset();
 }
 
 std::pair<at::Tensor, at::Tensor> PagedKvCache::Gather(int64_t seq, int64_t layer) const {

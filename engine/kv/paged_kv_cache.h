@@ -92,8 +92,13 @@ class PagedKvCache : public model::KvStore {
   // one step attend over the same context length.
   void StorePrefillLayer(int64_t seq, int64_t layer, const at::Tensor& q, const at::Tensor& k,
                          const at::Tensor& v) override;
+  // A decode step's device-side tables (block tables, context lengths, the
+  // new entries' slots) are built once in BeginDecodeStep and reused by every
+  // layer; EndDecodeStep commits one entry per sequence.
+  void BeginDecodeStep(const std::vector<int64_t>& seqs) override;
   at::Tensor DecodeAttention(const std::vector<int64_t>& seqs, int64_t layer, const at::Tensor& q,
                              const at::Tensor& k, const at::Tensor& v) override;
+  void EndDecodeStep() override;
 
   // Dense copies [num_kv_heads, num_tokens(seq), d] of what is cached for
   // `seq` at `layer`, for tests and parity checks.
@@ -114,8 +119,8 @@ class PagedKvCache : public model::KvStore {
     int64_t prefill_len = 0;
     at::Tensor prefill_slots;
   };
-  // One decode step's device-side tables, built at layer 0 and reused by the
-  // remaining layers (one host-to-device copy per step, not per layer).
+  // One decode step's device-side tables, built by BeginDecodeStep and reused
+  // by every layer (one host-to-device copy per step, not per layer).
   struct DecodeStep {
     std::vector<int64_t> seqs;
     int64_t next_layer = 0;
@@ -126,7 +131,6 @@ class PagedKvCache : public model::KvStore {
 
   Sequence& Find(int64_t seq);
   const Sequence& Find(int64_t seq) const;
-  void BeginDecodeStep(const std::vector<int64_t>& seqs);
 
   PagedKvCacheConfig config_;
   BlockPool pool_;

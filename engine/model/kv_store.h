@@ -18,15 +18,24 @@ class KvStore {
  public:
   virtual ~KvStore() = default;
 
-  // Prefill of one sequence: called once per layer, in layer order, right
-  // after that layer's attention over the whole prompt, with post-RoPE
-  //   q [num_heads, n, head_dim], k [num_kv_heads, n, head_dim],
+  // Prefill of one sequence: called once per layer, in layer order, once
+  // that layer's attention over the whole prompt has run, with post-RoPE
+  //   q [num_heads, r, head_dim] (the prompt's last r <= n queries; r = n
+  //   when the prompt ran in one chunk), k [num_kv_heads, n, head_dim],
   //   v [num_kv_heads, n, head_dim]
   // for prompt positions 0..n-1. The store keeps what it wants (copies it:
   // the tensors may be views of a buffer the model reuses); the model drops
-  // its full K/V afterwards, so only one layer's full K/V is alive at a time.
+  // its full K/V afterwards.
   virtual void StorePrefillLayer(int64_t seq, int64_t layer, const at::Tensor& q,
                                  const at::Tensor& k, const at::Tensor& v) = 0;
+
+  // A decode step is explicit: BeginDecodeStep(seqs), then DecodeAttention
+  // for layers 0..L-1 in order with the same `seqs`, then EndDecodeStep, which
+  // commits the step's new entries (every layer of a step attends over the
+  // same context length). A step abandoned midway (an exception) commits
+  // nothing; the next BeginDecodeStep replaces it.
+  virtual void BeginDecodeStep(const std::vector<int64_t>& /*seqs*/) {}
+  virtual void EndDecodeStep() {}
 
   // Decode, one step for a batch of B sequences (`seqs[b]` each): append this
   // step's k/v [B, num_kv_heads, head_dim] to each sequence's cache, then

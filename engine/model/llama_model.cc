@@ -84,76 +84,120 @@ at::Tensor LlamaModel::Logits(const at::Tensor& hidden) const {
   return Linear(RmsNorm(hidden, w_.final_norm), w_.lm_head).to(at::kFloat);
 }
 
-PrefillState LlamaModel::BeginPrefill(int64_t seq, const std::vector<int32_t>& tokens) const {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  TORCH_CHECK(n > 0, "Prefill: empty prompt");
-  PrefillState st;
+PromptState LlamaModel::BeginPrompt(int64_t seq, const std::vector<int32_t>& tokens,
+                                    int64_t query_rows) const {
+  TORCH_CHECK(!tokens.empty(), "Prefill: empty prompt");
+  TORCH_CHECK(query_rows >= 0, "Prefill: query_rows must be >= 0");
+  PromptState st;
   st.seq = seq;
-  st.n = n;
-  at::Tensor positions = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device_));
-  auto [cos, sin] = RopeCosSin(inv_freq_, positions, compute_dtype_);  // [n, D]
-  st.cos = cos.unsqueeze(1);  // [n, 1, D]: broadcast over heads
-  st.sin = sin.unsqueeze(1);
-  // Mistral: a query sees only the last `sliding_window` positions (itself
-  // included), as transformers' sliding_window_overlay: kv > q - window.
-  if (config_.sliding_window > 0 && n > config_.sliding_window) {
-    at::Tensor qi = positions.unsqueeze(1), ki = positions.unsqueeze(0);
-    st.mask = (ki <= qi) & (ki > qi - config_.sliding_window);
-  }
-  st.h = Embed(tokens).to(at::kFloat);  // [n, hidden], the float32 residual stream
+  st.tokens = tokens;
+  st.query_rows = query_rows;
   return st;
 }
 
-bool LlamaModel::ContinuePrefill(PrefillState& st, KvStore& store, int64_t max_layers) const {
-  TORCH_CHECK(max_layers >= 1, "ContinuePrefill: max_layers must be >= 1");
-  const int64_t n = st.n;
+at::Tensor LlamaModel::ChunkAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      int64_t start) const {
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, D = config_.head_dim;
-  const int64_t group = H / Hkv;
+  const int64_t rows = q.size(1), keys = k.size(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const int64_t end = std::min<int64_t>(config_.num_layers, st.next_layer + max_layers);
-  at::Tensor& h = st.h;
-  for (int64_t i = st.next_layer; i < end; ++i) {
-    const LayerWeights& l = w_.layers[i];
-    at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm), l.qkv).view({n, H + 2 * Hkv, D});
-    // q and k are adjacent heads of one buffer: one RoPE call rotates both.
-    at::Tensor qk = ApplyRope(qkv.narrow(1, 0, H + Hkv), st.cos, st.sin);
-    at::Tensor q = qk.narrow(1, 0, H).transpose(0, 1);           // [H, n, D]
-    at::Tensor k = qk.narrow(1, H, Hkv).transpose(0, 1);         // [Hkv, n, D]
-    at::Tensor v = qkv.narrow(1, H + Hkv, Hkv).transpose(0, 1);  // [Hkv, n, D]
-    // Repeat K/V per query head: SDPA's fused CPU/CUDA kernels take equal
-    // head counts; the copies live only for this layer.
-    auto repeat = [&](const at::Tensor& t) {
-      return t.unsqueeze(1).expand({Hkv, group, n, D}).reshape({H, n, D});
-    };
-    at::Tensor attn = at::scaled_dot_product_attention(q, repeat(k), repeat(v), st.mask, 0.0,
-                                                       /*is_causal=*/!st.mask.has_value(),
-                                                       scale);  // [H, n, D]
-    store.StorePrefillLayer(st.seq, i, q, k, v);
-    h = h + Linear(attn.transpose(0, 1).reshape({n, H * D}), l.o_proj);
-    // The MLP is row-wise: over long prompts it runs on slices of rows so its
-    // [rows, 2 * intermediate] buffers stay small (96 MiB each at 8K tokens
-    // otherwise, several alive at once), in place on the fresh residual.
-    for (int64_t r = 0; r < n; r += kPrefillMlpRows) {
-      at::Tensor rows = h.narrow(0, r, std::min(kPrefillMlpRows, n - r));
-      rows.add_(Mlp(l, RmsNorm(rows, l.mlp_norm)));
-    }
+  // Repeat K/V per query head: SDPA's fused CPU/CUDA kernels take equal head
+  // counts; the copies live only for this call.
+  auto repeat = [&](const at::Tensor& t) {
+    return t.unsqueeze(1).expand({Hkv, H / Hkv, keys, D}).reshape({H, keys, D});
+  };
+  const bool window = config_.sliding_window > 0 && start + rows > config_.sliding_window;
+  if (start == 0 && !window) {
+    return at::scaled_dot_product_attention(q, repeat(k), repeat(v), std::nullopt, 0.0,
+                                            /*is_causal=*/true, scale);
   }
-  st.next_layer = end;
-  return end == config_.num_layers;
+  // Query row r sits at position start + r and sees keys at positions
+  // <= start + r; Mistral's window also hides keys at or before
+  // start + r - sliding_window (transformers' sliding_window_overlay).
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(device_);
+  at::Tensor qi = at::arange(start, start + rows, opts).unsqueeze(1);
+  at::Tensor ki = at::arange(keys, opts).unsqueeze(0);
+  at::Tensor mask = ki <= qi;
+  if (config_.sliding_window > 0) mask = mask & (ki > qi - config_.sliding_window);
+  return at::scaled_dot_product_attention(q, repeat(k), repeat(v), mask, 0.0,
+                                          /*is_causal=*/false, scale);
 }
 
-at::Tensor LlamaModel::PrefillLogits(const PrefillState& st, bool all_logits) const {
-  TORCH_CHECK(st.next_layer == config_.num_layers, "PrefillLogits: ", st.next_layer, " of ",
-              config_.num_layers, " layers done");
-  if (!all_logits) return Logits(st.h.narrow(0, st.n - 1, 1)).squeeze(0);
-  return Logits(st.h);
+at::Tensor LlamaModel::ContinuePrompt(PromptState& st, KvStore& store, int64_t max_tokens) const {
+  TORCH_CHECK(max_tokens >= 1, "ContinuePrompt: max_tokens must be >= 1");
+  TORCH_CHECK(!st.finished(), "ContinuePrompt: the prompt has already run");
+  const int64_t n = st.n(), start = st.done;
+  const int64_t rows = std::min(max_tokens, n - start), end = start + rows;
+  const bool whole = start == 0 && end == n;  // nothing kept between chunks
+  const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, D = config_.head_dim;
+  const auto tensor_opts = at::TensorOptions().dtype(compute_dtype_).device(device_);
+  if (!whole && st.keys.empty()) {
+    st.keys.resize(config_.num_layers);
+    st.values.resize(config_.num_layers);
+    st.queries.resize(config_.num_layers);
+    for (int64_t i = 0; i < config_.num_layers; ++i) {
+      st.keys[i] = at::empty({Hkv, n, D}, tensor_opts);
+      st.values[i] = at::empty({Hkv, n, D}, tensor_opts);
+    }
+  }
+  at::Tensor positions =
+      at::arange(start, end, at::TensorOptions().dtype(at::kLong).device(device_));
+  auto [cos, sin] = RopeCosSin(inv_freq_, positions, compute_dtype_);  // [rows, D]
+  cos = cos.unsqueeze(1);  // [rows, 1, D]: broadcast over heads
+  sin = sin.unsqueeze(1);
+  const std::vector<int32_t> chunk(st.tokens.begin() + start, st.tokens.begin() + end);
+  at::Tensor h = Embed(chunk).to(at::kFloat);  // [rows, hidden], the float32 residual stream
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    const LayerWeights& l = w_.layers[i];
+    at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm), l.qkv).view({rows, H + 2 * Hkv, D});
+    // q and k are adjacent heads of one buffer: one RoPE call rotates both.
+    at::Tensor qk = ApplyRope(qkv.narrow(1, 0, H + Hkv), cos, sin);
+    at::Tensor q = qk.narrow(1, 0, H).transpose(0, 1);           // [H, rows, D]
+    at::Tensor k = qk.narrow(1, H, Hkv).transpose(0, 1);         // [Hkv, rows, D]
+    at::Tensor v = qkv.narrow(1, H + Hkv, Hkv).transpose(0, 1);  // [Hkv, rows, D]
+    at::Tensor attn;
+    if (whole) {
+      attn = ChunkAttention(q, k, v, 0);
+      store.StorePrefillLayer(st.seq, i, q, k, v);
+    } else {
+      st.keys[i].narrow(1, start, rows).copy_(k);
+      st.values[i].narrow(1, start, rows).copy_(v);
+      at::Tensor keys = st.keys[i].narrow(1, 0, end), values = st.values[i].narrow(1, 0, end);
+      attn = ChunkAttention(q, keys, values, start);
+      if (st.query_rows > 0) {
+        at::Tensor recent = st.queries[i].defined() ? at::cat({st.queries[i], q}, 1) : q;
+        const int64_t kept = std::min(st.query_rows, recent.size(1));
+        st.queries[i] = recent.narrow(1, recent.size(1) - kept, kept).contiguous();
+      }
+      if (end == n) {
+        store.StorePrefillLayer(st.seq, i, st.query_rows > 0 ? st.queries[i] : q, keys, values);
+        st.keys[i] = at::Tensor();
+        st.values[i] = at::Tensor();
+        st.queries[i] = at::Tensor();
+      }
+    }
+    h = h + Linear(attn.transpose(0, 1).reshape({rows, H * D}), l.o_proj);
+    // The MLP is row-wise: over long chunks it runs on slices of rows so its
+    // [rows, 2 * intermediate] buffers stay small (96 MiB each at 8K tokens
+    // otherwise, several alive at once), in place on the fresh residual.
+    for (int64_t r = 0; r < rows; r += kPrefillMlpRows) {
+      at::Tensor slice = h.narrow(0, r, std::min(kPrefillMlpRows, rows - r));
+      slice.add_(Mlp(l, RmsNorm(slice, l.mlp_norm)));
+    }
+  }
+  st.done = end;
+  if (st.finished()) {
+    st.keys.clear();
+    st.values.clear();
+    st.queries.clear();
+  }
+  return h;
 }
 
 at::Tensor LlamaModel::Prefill(int64_t seq, const std::vector<int32_t>& tokens, KvStore& store,
                                bool all_logits) {
-  PrefillState st = BeginPrefill(seq, tokens);
-  ContinuePrefill(st, store, config_.num_layers);
-  return PrefillLogits(st, all_logits);
+  PromptState st = BeginPrompt(seq, tokens, /*query_rows=*/0);
+  const at::Tensor h = ContinuePrompt(st, store, st.n());
+  return all_logits ? Logits(h) : Logits(h.narrow(0, st.n() - 1, 1)).squeeze(0);
 }
 
 at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vector<int32_t>& tokens,
@@ -169,6 +213,7 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
   sin = sin.unsqueeze(1);
 
   at::Tensor h = Embed(tokens).to(at::kFloat);  // [B, hidden], float32 residual stream
+  store.BeginDecodeStep(seqs);
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[i];
     at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm), l.qkv).view({B, H + 2 * Hkv, D});
@@ -178,6 +223,7 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
     h = h + Linear(attn.reshape({B, H * D}), l.o_proj);
     h = h + Mlp(l, RmsNorm(h, l.mlp_norm));
   }
+  store.EndDecodeStep();
   return Logits(h);
 }
 

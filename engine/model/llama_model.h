@@ -44,18 +44,29 @@
 
 namespace snapserve::model {
 
-// A prompt's prefill in progress (LlamaModel::BeginPrefill): the residual
-// stream after `next_layer` layers and what every layer reuses. Lets the
-// scheduler run a long prompt a few layers at a time, with decode steps of
-// other sequences in between, without changing a single number: the layers
-// run in the same order on the same tensors as in one Prefill call.
-struct PrefillState {
+// A prompt's prefill in progress (LlamaModel::BeginPrompt): which tokens have
+// run and, between chunks, what later chunks attend to. A prompt advances by
+// chunks of tokens, each through every layer, so the scheduler can mix a few
+// hundred prompt tokens with a decode step (docs/kv-cache-and-scheduling.md,
+// "Chunked prefill").
+//
+// A prompt that runs in one chunk holds nothing here: each layer's K/V goes
+// to the KvStore right after that layer. A prompt split into chunks keeps its
+// post-RoPE K/V of every layer here until its last chunk, because the KvStore
+// (SnapKV) needs the whole prompt's K/V and the last `query_rows` queries of
+// each layer at once; only then is every layer handed over and these freed.
+struct PromptState {
   int64_t seq = 0;
-  int64_t n = 0;                   // prompt length
-  int64_t next_layer = 0;          // layers [0, next_layer) are done and stored
-  at::Tensor h;                    // [n, hidden] float32 residual stream
-  at::Tensor cos, sin;             // [n, 1, head_dim] RoPE tables in the compute dtype
-  std::optional<at::Tensor> mask;  // Mistral sliding window; else causal
+  std::vector<int32_t> tokens;
+  int64_t done = 0;        // tokens [0, done) have run through every layer
+  int64_t query_rows = 0;  // queries per layer the KvStore needs at the end
+  // Per layer, allocated at the first chunk of a prompt that needs several:
+  // K/V [num_kv_heads, n, head_dim] (filled up to `done`) and the last
+  // min(done, query_rows) queries [num_heads, rows, head_dim].
+  std::vector<at::Tensor> keys, values, queries;
+
+  int64_t n() const { return static_cast<int64_t>(tokens.size()); }
+  bool finished() const { return done == n(); }
 };
 
 class LlamaModel {
@@ -82,15 +93,17 @@ class LlamaModel {
   at::Tensor Prefill(int64_t seq, const std::vector<int32_t>& tokens, KvStore& store,
                      bool all_logits = false);
 
-  // The same prefill in slices: BeginPrefill embeds the prompt, each
-  // ContinuePrefill runs up to `max_layers` more layers (>= 1) through
-  // `store`, and PrefillLogits reads the result once every layer has run.
-  // Memory between slices: the state's [n, hidden] residual stream; a
-  // layer's full K/V lives only inside the ContinuePrefill that computes it.
-  PrefillState BeginPrefill(int64_t seq, const std::vector<int32_t>& tokens) const;
-  // Returns true when the last layer has run.
-  bool ContinuePrefill(PrefillState& state, KvStore& store, int64_t max_layers) const;
-  at::Tensor PrefillLogits(const PrefillState& state, bool all_logits = false) const;
+  // The same prefill in chunks of tokens: BeginPrompt checks and copies the
+  // prompt; each ContinuePrompt runs its next (up to) `max_tokens` tokens
+  // through every layer, attending to the chunks before, and returns their
+  // final hidden states [rows, hidden] (float32 residual stream; Logits turns
+  // them into logits). The chunk that ends the prompt hands every layer's K/V
+  // (and the last `query_rows` queries) to `store`, in layer order.
+  PromptState BeginPrompt(int64_t seq, const std::vector<int32_t>& tokens,
+                          int64_t query_rows) const;
+  at::Tensor ContinuePrompt(PromptState& state, KvStore& store, int64_t max_tokens) const;
+  // Final norm and LM head: hidden [m, hidden] -> float32 logits [m, vocab].
+  at::Tensor Logits(const at::Tensor& hidden) const;
 
   // One batched decode step: sequence seqs[b] feeds tokens[b] at absolute
   // position positions[b] (RoPE uses the position, not the cache length,
@@ -105,7 +118,11 @@ class LlamaModel {
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor Mlp(const LayerWeights& l, const at::Tensor& x) const;
   at::Tensor Embed(const std::vector<int32_t>& tokens) const;
-  at::Tensor Logits(const at::Tensor& hidden) const;  // [m, hidden] -> float32 [m, vocab]
+  // Attention of one chunk's queries q [H, rows, D] (prompt positions
+  // [start, start + rows)) over keys/values [Hkv, start + rows, D]: causal,
+  // and Mistral's sliding window when the model has one.
+  at::Tensor ChunkAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t start) const;
 
   ModelConfig config_;
   LlamaWeights w_;

@@ -1,24 +1,33 @@
 #include "engine/scheduler/scheduler.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
-
 #include <algorithm>
-#include <exception>
-#include <limits>
+#include <string>
 
-#include "engine/scheduler/admission_policy.h"
+#include "engine/scheduler/step_planner.h"
 
 namespace snapserve::scheduler {
 namespace {
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+// Takes the sequence with `id` out of `seqs` (nullptr when absent).
+template <typename Container>
+std::unique_ptr<Sequence> TakeById(Container& seqs, int64_t id) {
+  auto it = std::find_if(seqs.begin(), seqs.end(), [&](const auto& s) { return s->id == id; });
+  if (it == seqs.end()) return nullptr;
+  std::unique_ptr<Sequence> seq = std::move(*it);
+  seqs.erase(it);
+  return seq;
+}
+
+template <typename Container>
+Sequence* FindById(Container& seqs, int64_t id) {
+  auto it = std::find_if(seqs.begin(), seqs.end(), [&](const auto& s) { return s->id == id; });
+  return it == seqs.end() ? nullptr : it->get();
+}
 
 }  // namespace
 
-Scheduler::Scheduler(model::LlamaModel& model, kv::PagedKvCache& cache,
-                     const tokenizer::Tokenizer& tokenizer, SchedulerOptions options)
-    : model_(model), cache_(cache), tokenizer_(tokenizer), options_(options) {
+Scheduler::Scheduler(model::LlamaModel& model, kv::PagedKvCache& cache, SchedulerOptions options)
+    : options_(options), executor_(model, cache) {
   PublishStats();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -62,7 +71,7 @@ engine::EngineStats Scheduler::Stats() const {
   s.running = running_count_.load();
   s.waiting = queued_.load();
   s.kv_blocks_free = free_blocks_.load();
-  s.kv_blocks_total = cache_.num_total_blocks();
+  s.kv_blocks_total = executor_.cache().num_total_blocks();
   s.kv_usage_ratio = usage_ratio_.load();
   return s;
 }
@@ -74,9 +83,9 @@ void Scheduler::SetObserver(engine::EngineObserver observer) {
 
 void Scheduler::PublishStats() {
   // Admitted requests, whether still in prefill or decoding.
-  running_count_.store(static_cast<int64_t>(running_.size() + prefilling_.size()));
-  free_blocks_.store(cache_.num_free_blocks());
-  usage_ratio_.store(cache_.usage_ratio());
+  running_count_.store(static_cast<int64_t>(decoding_.size() + prefilling_.size()));
+  free_blocks_.store(executor_.cache().num_free_blocks());
+  usage_ratio_.store(executor_.cache().usage_ratio());
 }
 
 void Scheduler::Loop() {
@@ -85,18 +94,17 @@ void Scheduler::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       // Sleep only when there is nothing to do at all.
       wake_.wait(lock, [&] {
-        return stopping_ || !inbox_.empty() || !cancels_.empty() || !running_.empty() ||
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || !decoding_.empty() ||
                !prefilling_.empty() || !waiting_.empty();
       });
       if (stopping_) break;
+      output_.set_observer(observer_);  // called below without the lock
     }
     TakeInbox();
-    EndCancelledAndExpired(Clock::now());
-    Admit();
-    AdvancePrefills();
-    DecodeStep();
+    const StepPlan plan = Schedule(DescribeState(Clock::now()));
+    Apply(plan);
     PublishStats();
-    if (running_.empty() && prefilling_.empty() && !waiting_.empty()) {
+    if (plan.idle() && !waiting_.empty()) {
       // Waiting requests that cannot be admitted with nothing running can only
       // be waiting for cancellations; avoid spinning.
       std::unique_lock<std::mutex> lock(mu_);
@@ -105,11 +113,12 @@ void Scheduler::Loop() {
   }
   // Shutdown: everything still here ends with UNAVAILABLE.
   TakeInbox();
-  for (auto& seq : running_) Finish(*seq, Status::Unavailable("engine shut down"), {});
-  for (auto& seq : prefilling_) Finish(*seq, Status::Unavailable("engine shut down"), {});
-  for (auto& seq : waiting_) Finish(*seq, Status::Unavailable("engine shut down"), {});
-  running_.clear();
-  prefilling_.clear();
+  const Ending shut_down{Status::Unavailable("engine shut down"), {}};
+  for (auto* seqs : {&decoding_, &prefilling_}) {
+    for (auto& seq : *seqs) Finish(std::move(seq), shut_down);
+    seqs->clear();
+  }
+  for (auto& seq : waiting_) Finish(std::move(seq), shut_down);
   waiting_.clear();
   PublishStats();
 }
@@ -127,241 +136,104 @@ void Scheduler::TakeInbox() {
   if (cancels.empty()) return;
   for (auto& seq : waiting_) seq->cancelled |= cancels.contains(seq->request_id);
   for (auto& seq : prefilling_) seq->cancelled |= cancels.contains(seq->request_id);
-  for (auto& seq : running_) seq->cancelled |= cancels.contains(seq->request_id);
+  for (auto& seq : decoding_) seq->cancelled |= cancels.contains(seq->request_id);
 }
 
-void Scheduler::EndCancelledAndExpired(Clock::time_point now) {
-  auto end_if_done = [&](std::unique_ptr<Sequence>& seq) {
-    if (seq->cancelled) {
-      Finish(*seq, Status::Cancelled("request cancelled"), {});
-    } else if (now >= seq->deadline) {
-      Finish(*seq,
-             Status::DeadlineExceeded("deadline passed after " + std::to_string(seq->generated) +
-                                      " tokens"),
-             {});
-    } else {
-      return false;
-    }
-    return true;
-  };
-  std::erase_if(running_, end_if_done);
-  std::erase_if(prefilling_, end_if_done);
-  std::erase_if(waiting_, end_if_done);
+ScheduleInput Scheduler::DescribeState(Clock::time_point now) const {
+  auto ends = [&](const Sequence& s) { return s.cancelled || now >= s.deadline; };
+  ScheduleInput in;
+  for (const auto& s : waiting_) {
+    in.waiting.push_back(
+        {s->id, s->reserve_tokens, static_cast<int64_t>(s->prompt.size()), ends(*s)});
+  }
+  for (const auto& s : prefilling_) {
+    const model::PromptState& st = *s->prompt_state;
+    in.prefilling.push_back({s->id, st.n(), st.n() - st.done, ends(*s)});
+  }
+  for (const auto& s : decoding_) in.decoding.push_back({s->id, ends(*s)});
+  in.free_blocks = executor_.cache().num_free_blocks();
+  in.limits = options_.limits;
+  return in;
 }
 
-void Scheduler::Admit() {
-  if (waiting_.empty()) return;
-  // Prompts already in prefill use up the per-iteration budget; the head of
-  // the queue waits for them rather than stacking prefills (each holds its
-  // [n, hidden] residual stream until done).
-  int64_t prefill_tokens = 0;
-  for (const auto& seq : prefilling_) prefill_tokens += seq->prefill->n;
-  const int64_t budget = options_.max_prefill_tokens_per_step - prefill_tokens;
-  if (!prefilling_.empty() && static_cast<int64_t>(waiting_.front()->prompt.size()) > budget) {
-    return;
-  }
-  std::vector<WaitingCandidate> candidates;
-  candidates.reserve(waiting_.size());
-  for (const auto& seq : waiting_) {
-    candidates.push_back({seq->reserve_tokens, static_cast<int64_t>(seq->prompt.size())});
-  }
-  const AdmissionLimits limits{cache_.num_free_blocks(), cache_.block_size(),
-                               static_cast<int64_t>(running_.size() + prefilling_.size()),
-                               options_.max_batch_size, budget};
-  const int64_t admit = AdmitCount(candidates, limits);
-  for (int64_t i = 0; i < admit; ++i) {
-    std::unique_ptr<Sequence> seq = std::move(waiting_.front());
-    waiting_.pop_front();
-    StartPrefill(std::move(seq));
+void Scheduler::Apply(const StepPlan& plan) {
+  for (int64_t id : plan.end) EndRequest(id);
+  for (int64_t id : plan.admit) Admit(id);
+  RunStep(plan);
+}
+
+void Scheduler::EndRequest(int64_t id) {
+  std::unique_ptr<Sequence> seq = TakeById(waiting_, id);
+  if (!seq) seq = TakeById(prefilling_, id);
+  if (!seq) seq = TakeById(decoding_, id);
+  if (!seq) return;
+  if (seq->cancelled) {
+    Finish(std::move(seq), {Status::Cancelled("request cancelled"), {}});
+  } else {
+    const std::string generated = std::to_string(seq->generated);
+    Finish(std::move(seq),
+           {Status::DeadlineExceeded("deadline passed after " + generated + " tokens"), {}});
   }
 }
 
-void Scheduler::StartPrefill(std::unique_ptr<Sequence> seq) {
+void Scheduler::Admit(int64_t id) {
+  std::unique_ptr<Sequence> seq = TakeById(waiting_, id);
+  if (!seq) return;
   --queued_;
   seq->admitted = Clock::now();
-  const int64_t n = static_cast<int64_t>(seq->prompt.size());
-  kv::KvSelector selector;
-  if (compress::ShouldCompress(seq->compression, n)) {
-    seq->snapkv_timer = std::make_shared<compress::SelectionTimer>();
-    selector = compress::MakeSnapKvSelector(seq->compression, seq->snapkv_timer);
-  }
-  Status added = cache_.AddSequence(seq->id, seq->reserve_tokens, selector);
-  if (!added.ok()) {
-    // Admission checked the blocks, so this is an engine fault.
-    Finish(*seq, Status::Internal("KV reservation failed: " + added.message()), {});
-    return;
-  }
-  try {
-    c10::InferenceMode inference;
-    seq->prefill = model_.BeginPrefill(seq->id, seq->prompt);
-  } catch (const std::exception& e) {
-    Finish(*seq, Status::Internal(std::string("prefill failed: ") + e.what()), {});
+  const Status admitted = executor_.Admit(*seq);
+  if (!admitted.ok()) {
+    Finish(std::move(seq), {admitted, {}});
     return;
   }
   prefilling_.push_back(std::move(seq));
 }
 
-void Scheduler::AdvancePrefills() {
-  if (prefilling_.empty()) return;
-  const int64_t layers_total = model_.config().num_layers;
-  // With nobody decoding there is nobody to keep waiting: run prompts whole.
-  const bool sliced = options_.prefill_chunk_tokens > 0 && !running_.empty();
-  int64_t budget = sliced ? options_.prefill_chunk_tokens * layers_total
-                          : std::numeric_limits<int64_t>::max();  // token-layers
-  std::vector<std::unique_ptr<Sequence>> still_prefilling;
-  for (auto& seq : prefilling_) {
-    model::PrefillState& st = *seq->prefill;
-    if (budget <= 0) {
-      still_prefilling.push_back(std::move(seq));
+void Scheduler::RunStep(const StepPlan& plan) {
+  std::vector<Sequence*> decode;
+  for (int64_t id : plan.decode) {
+    if (Sequence* s = FindById(decoding_, id)) decode.push_back(s);
+  }
+  std::vector<ChunkWork> prefill;
+  for (const PromptChunk& c : plan.prefill) {
+    // A prompt admitted now whose admission failed is gone already.
+    if (Sequence* s = FindById(prefilling_, c.id)) prefill.push_back({s, c.tokens});
+  }
+  if (decode.empty() && prefill.empty()) return;
+  const StepResult result = executor_.Run(decode, prefill);
+  if (!decode.empty()) output_.OnDecodeStep(static_cast<int64_t>(decode.size()));
+
+  const Clock::time_point now = Clock::now();
+  for (const StepOutcome& o : result.outcomes) {
+    Sequence& seq = *o.seq;
+    const bool was_decoding = seq.generated > 0;  // a prompt's first token comes now
+    auto take = [&] {
+      return was_decoding ? TakeById(decoding_, seq.id) : TakeById(prefilling_, seq.id);
+    };
+    if (!o.error.ok()) {
+      Finish(take(), {o.error, {}});
       continue;
     }
-    const int64_t layers =
-        sliced ? std::clamp<int64_t>(budget / st.n, 1, layers_total) : layers_total;
-    budget = sliced ? budget - layers * st.n : budget;
-    bool done = false;
-    try {
-      c10::InferenceMode inference;
-      done = model_.ContinuePrefill(st, cache_, layers);
-    } catch (const std::exception& e) {
-      Finish(*seq, Status::Internal(std::string("prefill failed: ") + e.what()), {});
-      continue;
-    }
-    if (done) {
-      FinishPrefill(std::move(seq));
+    if (!o.token.has_value()) continue;  // a prompt with chunks left
+    if (was_decoding) {
+      ++seq.next_position;
     } else {
-      still_prefilling.push_back(std::move(seq));
+      seq.next_position = static_cast<int64_t>(seq.prompt.size());
+    }
+    const std::optional<Ending> ending = output_.OnToken(seq, *o.token, now);
+    if (ending.has_value()) {
+      Finish(take(), *ending);
+    } else if (!was_decoding) {
+      decoding_.push_back(take());
     }
   }
-  prefilling_.swap(still_prefilling);
 }
 
-void Scheduler::FinishPrefill(std::unique_ptr<Sequence> seq) {
-  int32_t token = 0;
-  try {
-    c10::InferenceMode inference;
-    const at::Tensor logits = model_.PrefillLogits(*seq->prefill);  // [vocab]
-    seq->prefill.reset();
-    seq->kept_entries = cache_.num_tokens(seq->id);
-    sampling::Sampler* samplers[] = {seq->sampler.get()};
-    token = sampling::SampleBatch(logits.unsqueeze(0), samplers)[0];
-  } catch (const std::exception& e) {
-    Finish(*seq, Status::Internal(std::string("prefill failed: ") + e.what()), {});
-    return;
-  }
-  seq->next_position = static_cast<int64_t>(seq->prompt.size());
-  bool finished = false;
-  HandleToken(*seq, token, Clock::now(), &finished);
-  if (!finished) running_.push_back(std::move(seq));
-}
-
-void Scheduler::DecodeStep() {
-  if (running_.empty()) return;
-  std::vector<int64_t> ids;
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> positions;
-  std::vector<sampling::Sampler*> samplers;
-  for (const auto& seq : running_) {
-    ids.push_back(seq->id);
-    tokens.push_back(seq->next_token);
-    positions.push_back(seq->next_position);
-    samplers.push_back(seq->sampler.get());
-  }
-  std::vector<int32_t> sampled;
-  try {
-    c10::InferenceMode inference;
-    const at::Tensor logits = model_.Decode(ids, tokens, positions, cache_);  // [B, vocab]
-    sampled = sampling::SampleBatch(logits, samplers);
-  } catch (const std::exception& e) {
-    // A fault in the shared step: fail this batch, keep serving new requests.
-    for (auto& seq : running_) {
-      Finish(*seq, Status::Internal(std::string("decode step failed: ") + e.what()), {});
-    }
-    running_.clear();
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (observer_.on_decode_step) observer_.on_decode_step(static_cast<int64_t>(ids.size()));
-  }
-  const Clock::time_point now = Clock::now();
-  std::vector<std::unique_ptr<Sequence>> still_running;
-  still_running.reserve(running_.size());
-  for (size_t b = 0; b < running_.size(); ++b) {
-    Sequence& seq = *running_[b];
-    ++seq.next_position;
-    bool finished = false;
-    HandleToken(seq, sampled[b], now, &finished);
-    if (!finished) still_running.push_back(std::move(running_[b]));
-  }
-  running_.swap(still_running);
-}
-
-void Scheduler::HandleToken(Sequence& seq, int32_t token, Clock::time_point now, bool* finished) {
-  if (seq.generated == 0) {
-    seq.first_token = now;
-  } else {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (observer_.on_inter_token_latency) {
-      observer_.on_inter_token_latency(std::chrono::duration<double>(now - seq.last_token).count());
-    }
-  }
-  seq.last_token = now;
-  ++seq.generated;
-  seq.sampler->Accept(token);
-  seq.next_token = token;
-
-  const std::optional<engine::FinishReason> end = seq.stop->OnToken(token);
-  std::vector<uint32_t> ids;
-  std::string text;
-  bool stopped_on_text = false;
-  if (end == engine::FinishReason::kEos || end == engine::FinishReason::kStopToken) {
-    // The stopping token itself is not part of the output.
-    text = seq.stop->OnText(seq.decoder->Flush()).emit + seq.stop->Flush();
-  } else {
-    ids.push_back(static_cast<uint32_t>(token));
-    const auto r = seq.stop->OnText(seq.decoder->Push(token));
-    text = r.emit;
-    stopped_on_text = r.stopped;
-    if (!stopped_on_text && end == engine::FinishReason::kLength) {
-      const auto tail = seq.stop->OnText(seq.decoder->Flush());
-      text += tail.emit;
-      stopped_on_text = tail.stopped;
-      if (!stopped_on_text) text += seq.stop->Flush();
-    }
-  }
-  if (!ids.empty() || !text.empty()) seq.sink->OnDelta(ids, text);
-  if (stopped_on_text) {
-    Finish(seq, Status::Ok(), engine::FinishReason::kStopSequence);
-  } else if (end.has_value()) {
-    Finish(seq, Status::Ok(), *end);
-  } else {
-    *finished = false;
-    return;
-  }
-  *finished = true;
-}
-
-void Scheduler::Finish(Sequence& seq, const Status& status, engine::FinishReason reason) {
-  cache_.RemoveSequence(seq.id);
-  const Clock::time_point now = Clock::now();
-  engine::Usage u;
-  u.prompt_tokens = static_cast<uint32_t>(seq.prompt.size());
-  // EOS and stop tokens are generated but not returned; count what was returned.
-  u.completion_tokens = static_cast<uint32_t>(
-      seq.generated -
-      ((reason == engine::FinishReason::kEos || reason == engine::FinishReason::kStopToken) ? 1
-                                                                                            : 0));
-  u.kv_prompt_entries = static_cast<uint32_t>(seq.prompt.size());
-  u.kv_kept_entries = static_cast<uint32_t>(seq.kept_entries);
-  u.compression_ratio =
-      seq.kept_entries > 0 ? static_cast<float>(seq.prompt.size()) / seq.kept_entries : 1.f;
-  const bool admitted = seq.admitted != Clock::time_point{};
-  if (!admitted) --queued_;
-  u.queue_ms = Ms((admitted ? seq.admitted : now) - seq.arrival);
-  u.time_to_first_token_ms = seq.generated > 0 ? Ms(seq.first_token - seq.arrival) : 0;
-  u.total_ms = Ms(now - seq.arrival);
-  u.snapkv_ms = seq.snapkv_timer ? seq.snapkv_timer->seconds * 1e3 : -1;
-  seq.sink->OnFinish(status, reason, u);
+void Scheduler::Finish(std::unique_ptr<Sequence> seq, const Ending& ending) {
+  if (!seq) return;
+  if (seq->admitted == Clock::time_point{}) --queued_;
+  executor_.Release(*seq);
+  output_.Finish(*seq, ending);
 }
 
 }  // namespace snapserve::scheduler

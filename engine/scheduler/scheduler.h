@@ -1,17 +1,12 @@
 // The continuous-batching loop (docs/kv-cache-and-scheduling.md, "The scheduler
-// loop"; docs/architecture.md, "Threads and locks"). One thread owns the model,
-// the paged KV cache and every admitted sequence. Each iteration it
-//   1. takes new requests and cancellations from the inbox,
-//   2. ends cancelled and expired requests (blocks freed at once),
-//   3. admits waiting requests FCFS while blocks, batch room and the prefill
-//      budget allow (admission_policy.h),
-//   4. advances admitted prompts' prefill layer by layer, SnapKV compressing
-//      each layer's K/V as it goes; while other sequences are decoding, only
-//      about prefill_chunk_tokens tokens' worth of layers per iteration, so a
-//      long prompt arriving delays running streams by one slice, not by its
-//      whole prefill,
-//   5. runs one batched decode step for every running sequence,
-//   6. samples, detokenizes, matches stops and streams deltas to each sink.
+// loop"; docs/architecture.md, "Threads and locks"). One thread owns every
+// admitted sequence; each iteration it
+//   1. takes new requests and cancellations from the inbox (under mu_),
+//   2. asks Schedule() (step_planner.h) for a StepPlan: what ends, what is
+//      admitted, which sequences decode and which prompt chunks run,
+//   3. has the ModelExecutor run it (model + paged KV cache, sampling),
+//   4. has the OutputProcessor turn the sampled tokens into deltas, stops,
+//      metrics and, at the end, Usage.
 // Other threads only touch the inbox, the cancellation set and the observer
 // (under mu_) and atomic statistics.
 #pragma once
@@ -29,27 +24,23 @@
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/result_sink.h"
+#include "engine/scheduler/model_executor.h"
+#include "engine/scheduler/output_processor.h"
 #include "engine/scheduler/sequence.h"
+#include "engine/scheduler/step_plan.h"
 
 namespace snapserve::scheduler {
 
 // The engine fills every field from its EngineOptions, which hold the
 // defaults (engine.h); none are repeated here.
 struct SchedulerOptions {
-  int64_t max_batch_size = 0;
-  int64_t max_queue = 0;
-  // Prompt tokens admitted into prefill per iteration (and in prefill at once).
-  int64_t max_prefill_tokens_per_step = 0;
-  // While sequences are decoding, the prefill work done between two decode
-  // steps: prefill_chunk_tokens x num_layers token-layers, in whole layers (at
-  // least one per prompt). 0: every prompt's prefill runs whole.
-  int64_t prefill_chunk_tokens = 0;
+  StepLimits limits;
+  int64_t max_queue = 0;  // requests queued and not yet admitted
 };
 
 class Scheduler {
  public:
-  Scheduler(model::LlamaModel& model, kv::PagedKvCache& cache,
-            const tokenizer::Tokenizer& tokenizer, SchedulerOptions options);
+  Scheduler(model::LlamaModel& model, kv::PagedKvCache& cache, SchedulerOptions options);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -67,23 +58,19 @@ class Scheduler {
  private:
   void Loop();
   void TakeInbox();
-  void EndCancelledAndExpired(Clock::time_point now);
-  void Admit();
-  void StartPrefill(std::unique_ptr<Sequence> seq);
-  void AdvancePrefills();
-  void FinishPrefill(std::unique_ptr<Sequence> seq);
-  void DecodeStep();
-  // Feeds one sampled token through stop matching and streaming; sets
-  // *finished to true when the sequence finished (its sink got OnFinish and its
-  // blocks were freed; the caller drops it), else to false.
-  void HandleToken(Sequence& seq, int32_t token, Clock::time_point now, bool* finished);
-  void Finish(Sequence& seq, const Status& status, engine::FinishReason reason);
+  // Describes the queue and the admitted sequences for Schedule().
+  ScheduleInput DescribeState(Clock::time_point now) const;
+  void Apply(const StepPlan& plan);
+  void EndRequest(int64_t id);
+  void Admit(int64_t id);
+  // Runs the plan's decode batch and prompt chunks, then their outputs.
+  void RunStep(const StepPlan& plan);
+  void Finish(std::unique_ptr<Sequence> seq, const Ending& ending);
   void PublishStats();
 
-  model::LlamaModel& model_;
-  kv::PagedKvCache& cache_;
-  const tokenizer::Tokenizer& tokenizer_;
   const SchedulerOptions options_;
+  ModelExecutor executor_;
+  OutputProcessor output_;
 
   // Shared with other threads.
   mutable std::mutex mu_;
@@ -97,10 +84,10 @@ class Scheduler {
   std::atomic<int64_t> free_blocks_{0};
   std::atomic<double> usage_ratio_{0};
 
-  // Scheduler thread only.
+  // Scheduler thread only. A sequence is in exactly one of the three.
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> prefilling_;  // admitted, FCFS
-  std::vector<std::unique_ptr<Sequence>> running_;     // decoding
+  std::vector<std::unique_ptr<Sequence>> decoding_;
   std::thread thread_;
 };
 

@@ -42,8 +42,8 @@ struct Sequence {
   Clock::time_point first_token;
   Clock::time_point last_token;
 
-  // Prefill in progress (admitted, some layers still to run).
-  std::optional<model::PrefillState> prefill;
+  // Prefill in progress (admitted, some prompt tokens still to run).
+  std::optional<model::PromptState> prompt_state;
   // Decoding state: the token to feed next and its absolute position.
   int32_t next_token = 0;
   int64_t next_position = 0;

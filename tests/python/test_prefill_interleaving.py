@@ -1,16 +1,17 @@
-"""Sliced prefill (engine/scheduler/scheduler.h, --prefill-chunk-tokens):
-while a stream is decoding, a long prompt that arrives is prefilled a few
-layers at a time with decode steps of the running stream in between, instead
-of stopping that stream for its whole prefill.
+"""Chunked prefill mixed with decode (engine/scheduler/step_planner.h,
+--max-step-tokens): while a stream is decoding, a long prompt that arrives is
+prefilled in chunks of tokens, one chunk per step beside the running stream's
+decode token, instead of stopping that stream for its whole prefill.
 
 What is observed is the order of events, not their speed: how many tokens a
 running stream A receives between the moment a long-prompt request B is sent
-and the moment B's answer arrives. With --prefill-chunk-tokens=128 and a
-1500-token prompt, B's 30 layers run in slices of 128 * 30 // 1500 = 2 layers,
-so A gets a decode step after each of B's 15 slices; with 0 (whole prompts),
-A waits for B's whole prefill and gets at most a step or two in that window.
-B's own greedy token is the same either way, and a deadline that passes in
-the middle of B's prefill frees its blocks.
+and the moment B's answer arrives. With --max-step-tokens=128 and a
+1500-token prompt, each step runs A's decode token and a 128-token chunk of
+B's prompt, so B takes ceil(1500 / 128) = 12 steps and A gets a token in each;
+with a budget larger than the prompt, B runs in one step and A gets at most a
+token or two in that window. B's own greedy token and what SnapKV keeps are
+the same either way, and a deadline that passes in the middle of B's prefill
+frees its blocks.
 """
 import contextlib
 import pathlib
@@ -24,8 +25,9 @@ from snapserve_testkit import metrics
 
 GPL = pathlib.Path("/usr/share/common-licenses/GPL-3")
 LONG_PROMPT_TOKENS = 1500
-CHUNK = 128
-SLICES = -(-30 // (CHUNK * 30 // LONG_PROMPT_TOKENS))  # 15 slices of 2 layers
+STEP_TOKENS = 128
+WHOLE = 4096  # larger than the prompt: B runs in one step
+CHUNKS = -(-LONG_PROMPT_TOKENS // STEP_TOKENS)  # 12 steps beside A
 
 
 def _metric(port, name):
@@ -103,31 +105,30 @@ def _overlap(server, pb):
 @pytest.fixture(scope="module")
 def servers(start_module_server, model_path):
     common = [f"--model={model_path}", "--shutdown-grace=5"]
-    return {chunk: start_module_server(common + [f"--prefill-chunk-tokens={chunk}"])
-            for chunk in (CHUNK, 0)}
+    return {budget: start_module_server(common + [f"--max-step-tokens={budget}"])
+            for budget in (STEP_TOKENS, WHOLE)}
 
 
 @pytest.mark.slow
 def test_running_stream_keeps_decoding_during_a_long_prefill(servers, pb):
-    sliced, b_sliced = _overlap(servers[CHUNK], pb)
-    whole, b_whole = _overlap(servers[0], pb)
-    # One decode step per slice but the last (B's final slice is followed by
-    # B's own completion); a little slack for the boundaries.
-    assert sliced >= SLICES - 3, f"A got {sliced} tokens during B's {SLICES}-slice prefill"
+    chunked, b_chunked = _overlap(servers[STEP_TOKENS], pb)
+    whole, b_whole = _overlap(servers[WHOLE], pb)
+    # One decode token of A per step of B; a little slack for the boundaries.
+    assert chunked >= CHUNKS - 2, f"A got {chunked} tokens during B's {CHUNKS}-chunk prefill"
     assert whole <= 3, f"A got {whole} tokens while B's prefill ran whole"
-    # Slicing changes when layers run, not what they compute.
-    assert list(b_sliced.token_ids) == list(b_whole.token_ids)
-    assert b_sliced.usage.kv_kept_entries == b_whole.usage.kv_kept_entries == 256
+    # Chunking changes when tokens run, not what is kept or generated.
+    assert list(b_chunked.token_ids) == list(b_whole.token_ids)
+    assert b_chunked.usage.kv_kept_entries == b_whole.usage.kv_kept_entries == 256
 
 
 @pytest.mark.slow
-def test_deadline_in_the_middle_of_a_sliced_prefill_frees_blocks(servers, pb):
-    server = servers[CHUNK]
+def test_deadline_in_the_middle_of_a_chunked_prefill_frees_blocks(servers, pb):
+    server = servers[STEP_TOKENS]
     total = _metric(server.metrics_port, "snapserve_kv_cache_blocks_free")
     with _long_request_beside_running_stream(server, pb, "late-b") as (stub, request, a):
         t0 = time.monotonic()
         with pytest.raises(grpc.RpcError) as err:
-            stub.Generate(request, timeout=2.0)  # B's sliced prefill takes far longer
+            stub.Generate(request, timeout=2.0)  # B's chunked prefill takes far longer
         assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         # A kept going while B was being prefilled and after B ended.
         time.sleep(1.0)

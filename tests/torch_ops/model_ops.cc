@@ -8,6 +8,8 @@
 #include <mutex>
 #include <utility>
 
+#include "engine/compress/snapkv_selector.h"
+#include "engine/kv/paged_kv_cache.h"
 #include "engine/model/dense_kv_store.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_weights.h"
@@ -162,6 +164,47 @@ at::Tensor ModelDecodeLogits(const std::string& path, const std::string& dtype, 
   return at::stack(rows);
 }
 
+// Chunked prefill with SnapKV (docs/kv-cache-and-scheduling.md, "Chunked
+// prefill"): runs the prompt through a paged cache in chunks of `chunk`
+// tokens (>= n: one chunk) with the selector the engine installs (max
+// pooling, capacity C, window w), then a few greedy decode steps. Returns
+// the cached keys of every layer [L, Hkv, C + steps, D] and the logits of
+// the prompt's last position and of each decode step [1 + steps, vocab].
+std::vector<at::Tensor> ModelChunkedSnapKv(const std::string& path, const std::string& dtype,
+                                           at::IntArrayRef ids, int64_t chunk, int64_t capacity,
+                                           int64_t window, int64_t steps) {
+  LlamaModel& m = GetModel(path, dtype, "cpu");
+  const ModelConfig& c = m.config();
+  engine::KvCompressionConfig policy;
+  policy.capacity = capacity;
+  policy.window = window;
+  const std::vector<int32_t> prompt = ToInt32(ids);
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  TORCH_CHECK(compress::ShouldCompress(policy, n), "the prompt is too short to compress");
+  kv::PagedKvCacheConfig kc;
+  kc.num_layers = c.num_layers;
+  kc.num_kv_heads = c.num_kv_heads;
+  kc.head_dim = c.head_dim;
+  kc.num_blocks = static_cast<int32_t>((capacity + steps) / 16 + 2);
+  kc.dtype = m.dtype();
+  auto cache = kv::PagedKvCache::Create(kc);
+  TORCH_CHECK(cache.ok(), cache.status().ToString());
+  TORCH_CHECK((*cache)
+                  ->AddSequence(0, capacity + steps, compress::MakeSnapKvSelector(policy, nullptr))
+                  .ok());
+  PromptState st = m.BeginPrompt(0, prompt, window);
+  at::Tensor h;
+  while (!st.finished()) h = m.ContinuePrompt(st, **cache, chunk);
+  std::vector<at::Tensor> logits = {m.Logits(h.narrow(0, h.size(0) - 1, 1)).squeeze(0)};
+  for (int64_t i = 0; i < steps; ++i) {
+    const auto next = static_cast<int32_t>(logits.back().argmax().item<int64_t>());
+    logits.push_back(m.Decode({0}, {next}, {n + i}, **cache).squeeze(0));
+  }
+  std::vector<at::Tensor> keys;
+  for (int64_t l = 0; l < c.num_layers; ++l) keys.push_back((*cache)->Gather(0, l).first);
+  return {at::stack(keys), at::stack(logits)};
+}
+
 // Bytes of weight matrices one CPU decode step of a synthetic model reads
 // (bench/synthetic_decode.py's bandwidth figure).
 int64_t SyntheticWeightBytes(const std::string& spec, const std::string& dtype) {
@@ -187,6 +230,10 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
         &snapserve::model::ModelGreedyBatch);
   m.def("model_time(str path, str dtype, int[] ids, int decode_steps) -> float[]",
         &snapserve::model::ModelTime);
+  m.def(
+      "model_chunked_snapkv(str path, str dtype, int[] ids, int chunk, int capacity, int window, "
+      "int steps) -> Tensor[]",
+      &snapserve::model::ModelChunkedSnapKv);
   m.def("synthetic_decode_bytes(str spec, str dtype) -> int",
         &snapserve::model::SyntheticWeightBytes);
 }

@@ -55,6 +55,8 @@ TEST(PagedKvCacheTest, MatchesDenseStoreOverPrefillAndBatchedDecode) {
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& seqs = steps[i];
     const int64_t b = static_cast<int64_t>(seqs.size());
+    paged->BeginDecodeStep(seqs);
+    dense.BeginDecodeStep(seqs);
     for (int64_t l = 0; l < kLayers; ++l) {
       const at::Tensor q = at::randn({b, kHeads, kDim});
       const at::Tensor k = at::randn({b, kKvHeads, kDim});
@@ -63,6 +65,8 @@ TEST(PagedKvCacheTest, MatchesDenseStoreOverPrefillAndBatchedDecode) {
       const at::Tensor want = dense.DecodeAttention(seqs, l, q, k, v);
       ASSERT_TRUE(at::allclose(got, want, 1e-5, 1e-5)) << "step " << i << " layer " << l;
     }
+    paged->EndDecodeStep();
+    dense.EndDecodeStep();
   }
   EXPECT_EQ(paged->num_tokens(10), 5 + 7);
   EXPECT_EQ(paged->num_tokens(11), 1 + 5);
@@ -137,20 +141,31 @@ TEST(PagedKvCacheTest, DecodeBeyondThePoolThrows) {
   auto cache = MakeCache(1, 4);
   ASSERT_TRUE(cache->AddSequence(1, 4).ok());
   Prefill(*cache, 1, 4, 1);
-  const at::Tensor q = at::randn({1, kHeads, kDim}), k = at::randn({1, kKvHeads, kDim});
-  EXPECT_THROW(cache->DecodeAttention({1}, 0, q, k, k), c10::Error);
+  EXPECT_THROW(cache->BeginDecodeStep({1}), c10::Error);
 }
 
-TEST(PagedKvCacheTest, DecodeLayersMustFollowLayerZero) {
+TEST(PagedKvCacheTest, DecodeLayersRunInsideOneExplicitStep) {
   auto cache = MakeCache(8);
   ASSERT_TRUE(cache->AddSequence(1, 4).ok());
   ASSERT_TRUE(cache->AddSequence(2, 4).ok());
   Prefill(*cache, 1, 2, 1);
   Prefill(*cache, 2, 2, 2);
   const at::Tensor q = at::randn({1, kHeads, kDim}), k = at::randn({1, kKvHeads, kDim});
-  EXPECT_THROW(cache->DecodeAttention({1}, 1, q, k, k), c10::Error);
+  // No step begun: refused.
+  EXPECT_THROW(cache->DecodeAttention({1}, 0, q, k, k), c10::Error);
+  cache->BeginDecodeStep({1});
+  EXPECT_THROW(cache->DecodeAttention({1}, 1, q, k, k), c10::Error);  // layer 0 first
   cache->DecodeAttention({1}, 0, q, k, k);
-  EXPECT_THROW(cache->DecodeAttention({2}, 1, q, k, k), c10::Error);
+  EXPECT_THROW(cache->DecodeAttention({2}, 1, q, k, k), c10::Error);  // other sequences
+  EXPECT_THROW(cache->EndDecodeStep(), c10::Error);                   // layers left
+  EXPECT_EQ(cache->num_tokens(1), 2);
+  // An abandoned step commits nothing; the next one starts over.
+  cache->BeginDecodeStep({1, 2});
+  const at::Tensor q2 = at::randn({2, kHeads, kDim}), k2 = at::randn({2, kKvHeads, kDim});
+  for (int64_t l = 0; l < kLayers; ++l) cache->DecodeAttention({1, 2}, l, q2, k2, k2);
+  cache->EndDecodeStep();
+  EXPECT_EQ(cache->num_tokens(1), 3);
+  EXPECT_EQ(cache->num_tokens(2), 3);
 }
 
 TEST(PagedKvCacheTest, BudgetAndBadConfigs) {

@@ -52,7 +52,7 @@ TEST(ServerConfigTest, DefaultsAreTheEngineDefaults) {
   EXPECT_EQ(got.max_queue, defaults.max_queue);
   EXPECT_EQ(got.max_new_tokens_limit, defaults.max_new_tokens_limit);
   EXPECT_EQ(got.default_max_new_tokens, defaults.default_max_new_tokens);
-  EXPECT_EQ(got.prefill_chunk_tokens, defaults.prefill_chunk_tokens);
+  EXPECT_EQ(got.max_step_tokens, defaults.max_step_tokens);
   EXPECT_EQ(got.threads, defaults.threads);
   // --help shows them.
   const std::string help = ServerHelp();
@@ -148,16 +148,18 @@ TEST(ServerConfigTest, UnknownNamesListTheAcceptedValues) {
   EXPECT_FALSE(ParseDtype("fp16").ok());
 }
 
-TEST(ServerConfigTest, PrefillChunkTokensFlagAndEnvironment) {
-  EXPECT_EQ(Parse({}).config.engine.prefill_chunk_tokens, 512);
-  EXPECT_EQ(Parse({"--prefill-chunk-tokens=0"}).config.engine.prefill_chunk_tokens, 0);
-  EXPECT_EQ(
-      Parse({}, {{"SNAPSERVE_PREFILL_CHUNK_TOKENS", "256"}}).config.engine.prefill_chunk_tokens,
-      256);
-  ParseResult bad = Parse({"--prefill-chunk-tokens=-1"});
-  EXPECT_TRUE(bad.exit);
-  EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.message.find("--prefill-chunk-tokens"), std::string::npos) << bad.message;
+TEST(ServerConfigTest, MaxStepTokensFlagAndEnvironment) {
+  EXPECT_EQ(Parse({}).config.engine.max_step_tokens, engine::EngineOptions{}.max_step_tokens);
+  EXPECT_EQ(Parse({"--max-step-tokens=64"}).config.engine.max_step_tokens, 64);
+  EXPECT_EQ(Parse({}, {{"SNAPSERVE_MAX_STEP_TOKENS", "128"}}).config.engine.max_step_tokens, 128);
+  for (const char* bad_value : {"--max-step-tokens=0", "--max-step-tokens=-1"}) {
+    ParseResult bad = Parse({bad_value});
+    EXPECT_TRUE(bad.exit);
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_NE(bad.message.find("--max-step-tokens"), std::string::npos) << bad.message;
+  }
+  // The flag it replaced is gone, not silently ignored.
+  EXPECT_TRUE(Parse({"--prefill-chunk-tokens=512"}).exit);
 }
 
 TEST(ServerConfigTest, DashesUnderscoresAndSeparateValues) {

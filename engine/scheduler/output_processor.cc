@@ -1,0 +1,76 @@
+#include "engine/scheduler/output_processor.h"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace snapserve::scheduler {
+namespace {
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+}  // namespace
+
+void OutputProcessor::OnDecodeStep(int64_t batch) {
+  if (observer_.on_decode_step) observer_.on_decode_step(batch);
+}
+
+std::optional<Ending> OutputProcessor::OnToken(Sequence& seq, int32_t token,
+                                               Clock::time_point now) {
+  if (seq.generated == 0) {
+    seq.first_token = now;
+  } else if (observer_.on_inter_token_latency) {
+    observer_.on_inter_token_latency(std::chrono::duration<double>(now - seq.last_token).count());
+  }
+  seq.last_token = now;
+  ++seq.generated;
+  seq.sampler->Accept(token);
+  seq.next_token = token;
+
+  const std::optional<engine::FinishReason> end = seq.stop->OnToken(token);
+  std::vector<uint32_t> ids;
+  std::string text;
+  bool stopped_on_text = false;
+  if (end == engine::FinishReason::kEos || end == engine::FinishReason::kStopToken) {
+    // The stopping token itself is not part of the output.
+    text = seq.stop->OnText(seq.decoder->Flush()).emit + seq.stop->Flush();
+  } else {
+    ids.push_back(static_cast<uint32_t>(token));
+    const auto r = seq.stop->OnText(seq.decoder->Push(token));
+    text = r.emit;
+    stopped_on_text = r.stopped;
+    if (!stopped_on_text && end == engine::FinishReason::kLength) {
+      const auto tail = seq.stop->OnText(seq.decoder->Flush());
+      text += tail.emit;
+      stopped_on_text = tail.stopped;
+      if (!stopped_on_text) text += seq.stop->Flush();
+    }
+  }
+  if (!ids.empty() || !text.empty()) seq.sink->OnDelta(ids, text);
+  if (stopped_on_text) return Ending{Status::Ok(), engine::FinishReason::kStopSequence};
+  if (end.has_value()) return Ending{Status::Ok(), *end};
+  return std::nullopt;
+}
+
+void OutputProcessor::Finish(Sequence& seq, const Ending& ending) {
+  const Clock::time_point now = Clock::now();
+  const engine::FinishReason reason = ending.reason;
+  engine::Usage u;
+  u.prompt_tokens = static_cast<uint32_t>(seq.prompt.size());
+  // EOS and stop tokens are generated but not returned; count what was returned.
+  const bool stop_token =
+      reason == engine::FinishReason::kEos || reason == engine::FinishReason::kStopToken;
+  u.completion_tokens = static_cast<uint32_t>(seq.generated - (ending.status.ok() && stop_token));
+  u.kv_prompt_entries = static_cast<uint32_t>(seq.prompt.size());
+  u.kv_kept_entries = static_cast<uint32_t>(seq.kept_entries);
+  u.compression_ratio =
+      seq.kept_entries > 0 ? static_cast<float>(seq.prompt.size()) / seq.kept_entries : 1.f;
+  const bool admitted = seq.admitted != Clock::time_point{};
+  u.queue_ms = Ms((admitted ? seq.admitted : now) - seq.arrival);
+  u.time_to_first_token_ms = seq.generated > 0 ? Ms(seq.first_token - seq.arrival) : 0;
+  u.total_ms = Ms(now - seq.arrival);
+  u.snapkv_ms = seq.snapkv_timer ? seq.snapkv_timer->seconds * 1e3 : -1;
+  seq.sink->OnFinish(ending.status, reason, u);
+}
+
+}  // namespace snapserve::scheduler

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/quant_matrix.h"
+
 namespace snapserve::kernels::cpu {
 
 inline constexpr int64_t kTile = 4;  // weight rows per tile
@@ -32,5 +34,11 @@ inline float add_tail(float total, const float* x, const float* w, int64_t from,
 // a tile computed later, prefetched meanwhile; nullptr for none.
 void tile_avx512(const Problem& p, const float* const* wr, int64_t rows, int64_t n0,
                  const float* const* next);
+
+// AVX2 + FMA, GGUF Q4_0/Q4_1/Q8_0 weights, m <= kFusedMaxRows: decodes each
+// block in registers and multiplies at once, with tile_avx2's results bit for
+// bit (linear_cpu_fused_avx2.cc). False (nothing done) for other types.
+inline constexpr int64_t kFusedMaxRows = 2;
+bool tile_quant_fused_avx2(const Problem& p, const QuantMatrix& w, int64_t n0, int64_t rows);
 
 }  // namespace snapserve::kernels::cpu

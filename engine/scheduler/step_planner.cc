@@ -30,33 +30,29 @@ std::vector<int64_t> Admit(const ScheduleInput& in, const std::vector<WaitingReq
   return ids;
 }
 
+// The requests of `requests` that do not end; the ids of those that do are
+// appended to `ended`.
+template <typename Request>
+std::vector<Request> WithoutEnded(const std::vector<Request>& requests,
+                                  std::vector<int64_t>& ended) {
+  std::vector<Request> kept;
+  for (const Request& r : requests) {
+    if (r.ends) {
+      ended.push_back(r.id);
+    } else {
+      kept.push_back(r);
+    }
+  }
+  return kept;
+}
+
 }  // namespace
 
 StepPlan Schedule(const ScheduleInput& in) {
   StepPlan plan;
-  std::vector<WaitingRequest> waiting;
-  for (const WaitingRequest& w : in.waiting) {
-    if (w.ends) {
-      plan.end.push_back(w.id);
-    } else {
-      waiting.push_back(w);
-    }
-  }
-  std::vector<PrefillingRequest> prefilling;
-  for (const PrefillingRequest& p : in.prefilling) {
-    if (p.ends) {
-      plan.end.push_back(p.id);
-    } else {
-      prefilling.push_back(p);
-    }
-  }
-  for (const DecodingRequest& d : in.decoding) {
-    if (d.ends) {
-      plan.end.push_back(d.id);
-    } else {
-      plan.decode.push_back(d.id);
-    }
-  }
+  std::vector<WaitingRequest> waiting = WithoutEnded(in.waiting, plan.end);
+  std::vector<PrefillingRequest> prefilling = WithoutEnded(in.prefilling, plan.end);
+  for (const DecodingRequest& d : WithoutEnded(in.decoding, plan.end)) plan.decode.push_back(d.id);
 
   const int64_t admitted_now = static_cast<int64_t>(prefilling.size() + plan.decode.size());
   plan.admit = Admit(in, waiting, admitted_now);

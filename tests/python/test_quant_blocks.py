@@ -86,7 +86,7 @@ def test_linear_quantized_vs_float64_reference(torch_ops, qtype):
                              seed=100 + int(qtype))
     w = torch.from_numpy(gguf.quants.dequantize(data, qtype).reshape(37, k))
     blocks = torch.from_numpy(data.copy())
-    for m in (1, 3, 16, 65, 130):  # 65 and 130 take the GEMM path
+    for m in (1, 2, 3, 16, 65, 130):  # 1, 2: fused (AVX2); 65, 130: the GEMM path
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
         got = torch_ops.linear_quantized(x, blocks, int(qtype), k, "exact")
         ref = x.double() @ w.double().T

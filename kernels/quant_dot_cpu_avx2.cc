@@ -110,12 +110,151 @@ SNAPSERVE_AVX2_INT void rows_group(const QuantMatrix& w, const QuantizedRows& xq
   }
 }
 
+// The hot path: four weight rows of one type against one or two activation
+// rows, the type and the shapes template arguments so that the block
+// unpacking has no branch and the accumulators stay in registers. Every
+// output gets the same operations in the same order as rows_group (and the
+// portable path): only which outputs share a loop differs.
+#define SNAPSERVE_AVX2_F16C __attribute__((target("avx2,f16c")))
+
+SNAPSERVE_AVX2_F16C inline float half_f16c(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return _cvtsh_ss(bits);  // exact, the same value as dot_half_at
+}
+
+template <QuantType kType>
+SNAPSERVE_AVX2_F16C inline Unpacked unpack_as(const uint8_t* b) {
+  Unpacked u;
+  u.d = half_f16c(b);
+  u.m = 0.0f;
+  if constexpr (kType == QuantType::kQ8_0) {
+    u.v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+  } else if constexpr (kType == QuantType::kQ4_0) {
+    u.v = _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8));
+  } else if constexpr (kType == QuantType::kQ4_1) {
+    u.m = half_f16c(b + 2);
+    u.v = nibbles(b + 4);
+  } else if constexpr (kType == QuantType::kQ5_0) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    const __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
+    u.v = _mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth), _mm256_set1_epi8(16));
+  } else {  // kQ5_1
+    uint32_t qh;
+    u.m = half_f16c(b + 2);
+    std::memcpy(&qh, b + 4, 4);
+    const __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
+    u.v = _mm256_or_si256(nibbles(b + 8), fifth);
+  }
+  return u;
+}
+
+constexpr int kQuad = 4;
+
+template <QuantType kType, bool kPair>
+SNAPSERVE_AVX2_F16C void quad_rows(const QuantMatrix& w, const QuantizedRows& xq, int64_t r0,
+                                   int64_t i0, float* out, int64_t n_total) {
+  constexpr bool kSigned =
+      kType == QuantType::kQ8_0 || kType == QuantType::kQ4_0 || kType == QuantType::kQ5_0;
+  const int64_t blocks = xq.blocks;
+  const int64_t bytes = quant_format(kType).block_bytes;
+  const uint8_t* wrow[kQuad];
+  for (int r = 0; r < kQuad; ++r) wrow[r] = w.row(r0 + r);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* xa = xq.q.data() + i0 * blocks * 32;
+  const int8_t* xb = kPair ? xa + blocks * 32 : xa;
+  const float* da = xq.d.data() + i0 * blocks;
+  const float* db = kPair ? da + blocks : da;
+  const float* sa = xq.s.data() + i0 * blocks;
+  const float* sb = kPair ? sa + blocks : sa;
+  __m256 acc_a[kQuad], acc_b[kQuad];
+  float off_a[kQuad], off_b[kQuad];
+#pragma GCC unroll 4
+  for (int r = 0; r < kQuad; ++r) {
+    acc_a[r] = acc_b[r] = _mm256_setzero_ps();
+    off_a[r] = off_b[r] = 0.0f;
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m256i xva = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa + b * 32));
+    const __m256i xvb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + b * 32));
+#pragma GCC unroll 4
+    for (int r = 0; r < kQuad; ++r) {
+      const Unpacked u = unpack_as<kType>(wrow[r] + b * bytes);
+      const __m256i abs_w = kSigned ? _mm256_sign_epi8(u.v, u.v) : u.v;
+      const __m256i sa_i = kSigned ? _mm256_sign_epi8(xva, u.v) : xva;
+      const __m256i sums_a = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, sa_i), ones);
+      acc_a[r] = _mm256_add_ps(
+          acc_a[r], _mm256_mul_ps(_mm256_set1_ps(u.d * da[b]), _mm256_cvtepi32_ps(sums_a)));
+      if constexpr (!kSigned) off_a[r] = off_a[r] + u.m * sa[b];
+      if constexpr (kPair) {
+        const __m256i sb_i = kSigned ? _mm256_sign_epi8(xvb, u.v) : xvb;
+        const __m256i sums_b = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, sb_i), ones);
+        acc_b[r] = _mm256_add_ps(
+            acc_b[r], _mm256_mul_ps(_mm256_set1_ps(u.d * db[b]), _mm256_cvtepi32_ps(sums_b)));
+        if constexpr (!kSigned) off_b[r] = off_b[r] + u.m * sb[b];
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kQuad; ++r) {
+    out[i0 * n_total + r0 + r] = simd::lane_sum_avx2(acc_a[r]) + off_a[r];
+    if constexpr (kPair)
+      out[(i0 + 1) * n_total + r0 + r] = simd::lane_sum_avx2(acc_b[r]) + off_b[r];
+  }
+}
+
+template <QuantType kType>
+SNAPSERVE_AVX2_F16C void quads(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
+                               int64_t r_end, float* out, int64_t n_total) {
+  for (int64_t r0 = r_begin; r0 < r_end; r0 += kQuad) {
+    for (int64_t i0 = 0; i0 < xq.m; i0 += 2) {
+      if (i0 + 1 < xq.m) {
+        quad_rows<kType, true>(w, xq, r0, i0, out, n_total);
+      } else {
+        quad_rows<kType, false>(w, xq, r0, i0, out, n_total);
+      }
+    }
+  }
+}
+
+// Rows [r_begin, r_end) whose count is a multiple of kQuad; false for a type
+// without a quad kernel.
+bool run_quads(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin, int64_t r_end,
+               float* out, int64_t n_total) {
+  switch (w.type) {
+    case QuantType::kQ8_0:
+      quads<QuantType::kQ8_0>(w, xq, r_begin, r_end, out, n_total);
+      return true;
+    case QuantType::kQ4_0:
+      quads<QuantType::kQ4_0>(w, xq, r_begin, r_end, out, n_total);
+      return true;
+    case QuantType::kQ4_1:
+      quads<QuantType::kQ4_1>(w, xq, r_begin, r_end, out, n_total);
+      return true;
+    case QuantType::kQ5_0:
+      quads<QuantType::kQ5_0>(w, xq, r_begin, r_end, out, n_total);
+      return true;
+    case QuantType::kQ5_1:
+      quads<QuantType::kQ5_1>(w, xq, r_begin, r_end, out, n_total);
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 bool int8_dot_avx2(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin, int64_t r_end,
                    float* out, int64_t n_total) {
   const bool is_signed =
       w.type == QuantType::kQ8_0 || w.type == QuantType::kQ4_0 || w.type == QuantType::kQ5_0;
+  // Small batches (a decode step of one or two sequences): whole quads of
+  // weight rows through the unrolled kernel; the rest as before.
+  if (xq.m <= 2) {
+    const int64_t quad_end = r_begin + (r_end - r_begin) / kQuad * kQuad;
+    if (quad_end > r_begin && run_quads(w, xq, r_begin, quad_end, out, n_total)) r_begin = quad_end;
+  }
   for (int64_t r = r_begin; r < r_end; ++r) {
     for (int64_t i0 = 0; i0 < xq.m; i0 += kRowsPerGroup) {
       const int64_t rows = std::min(kRowsPerGroup, xq.m - i0);

@@ -74,6 +74,11 @@ Status ValidateRequest(const GenerationRequest& r, const ValidationLimits& limit
     return Invalid("stopping.stop", "at most " + std::to_string(kMaxStopSequences) + " sequences");
   }
   for (size_t i = 0; i < r.stop.size(); ++i) {
+    // An empty stop sequence would match at every position: almost certainly
+    // a client bug, so say so rather than guess what was meant.
+    if (r.stop[i].empty()) {
+      return Invalid("stopping.stop[" + std::to_string(i) + "]", "must not be empty");
+    }
     if (r.stop[i].size() > kMaxStopBytes) {
       return Invalid("stopping.stop[" + std::to_string(i) + "]",
                      "longer than " + std::to_string(kMaxStopBytes) + " bytes");

@@ -365,6 +365,8 @@ def _bad_requests(pb2):
          INVALID, "stopping.stop"),
         ("stop_sequence_too_long", R(prompt=P, stopping=T(stop=["x" * 257])), INVALID,
          "stopping.stop[0]"),
+        ("empty_stop_sequence", R(prompt=P, stopping=T(stop=["ok", ""])), INVALID,
+         "stopping.stop[1]"),
         ("stop_token_id_eq_vocab", R(prompt=P, stopping=T(stop_token_ids=[2, VOCAB])), INVALID,
          "stopping.stop_token_ids[1]"),
         ("too_many_stop_token_ids", R(prompt=P, stopping=T(stop_token_ids=list(range(257)))),
@@ -388,6 +390,7 @@ BAD_CASE_NAMES = [
     "capacity_below_default_window", "capacity_above_context", "window_uint32_max",
     "unknown_kv_method", "unknown_pooling", "prompt_plus_max_new_over_context",
     "max_new_tokens_over_limit", "too_many_stop_sequences", "stop_sequence_too_long",
+    "empty_stop_sequence",
     "stop_token_id_eq_vocab", "too_many_stop_token_ids", "request_id_too_long",
     "larger_than_kv_cache", "larger_than_kv_cache_uncompressed",
 ]

@@ -1,6 +1,7 @@
 #include "server/metrics_http.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace snapserve::server {
 namespace {
@@ -42,24 +44,46 @@ MetricsHttpServer::MetricsHttpServer(std::function<std::string()> render)
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 std::string MetricsHttpServer::Start(const std::string& host, int port) {
-  listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // "[::1]" as gRPC spells an IPv6 host; getaddrinfo wants it bare.
+  std::string name = host;
+  if (name.size() >= 2 && name.front() == '[' && name.back() == ']') {
+    name = name.substr(1, name.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = getaddrinfo(name.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return "cannot resolve " + host + ": " + gai_strerror(rc);
+  }
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, &freeaddrinfo);
+  listen_fd_ = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return std::string("socket: ") + std::strerror(errno);
   const int one = 1;
   setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return "bad IPv4 address " + host;
-  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listen_fd_, 64) != 0) {
+  if (bind(listen_fd_, found->ai_addr, found->ai_addrlen) != 0 || listen(listen_fd_, 64) != 0) {
     const std::string err = std::strerror(errno);
     close(listen_fd_);
     listen_fd_ = -1;
-    return "cannot listen on " + host + ":" + std::to_string(port) + ": " + err;
+    return "cannot listen on " + host + ":" + service + ": " + err;
   }
-  socklen_t len = sizeof(addr);
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.sin_port);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  char text[INET6_ADDRSTRLEN] = "";
+  if (bound.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&bound);
+    inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+    port_ = ntohs(a->sin6_port);
+    address_ = "[" + std::string(text) + "]:" + std::to_string(port_);
+  } else {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&bound);
+    inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+    port_ = ntohs(a->sin_port);
+    address_ = std::string(text) + ":" + std::to_string(port_);
+  }
   thread_ = std::thread([this] { Serve(); });
   return "";
 }

@@ -80,6 +80,11 @@ const std::vector<FlagSpec>& Flags() {
       {"port", "gRPC port",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.port, v, 0, 65535); },
        [](const ServerConfig& c) { return std::to_string(c.port); }},
+      {"metrics-host", "address to listen on for /metrics (default: the --host value)",
+       [](ServerConfig& c, const std::string& v) {
+         return v.empty() ? "must not be empty" : (c.metrics_host = v, "");
+       },
+       [](const ServerConfig& c) { return c.metrics_host.empty() ? c.host : c.metrics_host; }},
       {"metrics-port", "Prometheus /metrics port (0: off)",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.metrics_port, v, 0, 65535); },
        [](const ServerConfig& c) { return std::to_string(c.metrics_port); }},
@@ -369,6 +374,7 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
     }
   }
   if (std::string err = CheckConsistency(r.config); !err.empty()) return {r.config, true, 2, err};
+  if (r.config.metrics_host.empty()) r.config.metrics_host = r.config.host;
   return r;
 }
 

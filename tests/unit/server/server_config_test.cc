@@ -160,6 +160,20 @@ TEST(ServerConfigTest, PrefillChunkTokensFlagAndEnvironment) {
   EXPECT_NE(bad.message.find("--prefill-chunk-tokens"), std::string::npos) << bad.message;
 }
 
+TEST(ServerConfigTest, MetricsHostFollowsHostUnlessGiven) {
+  EXPECT_EQ(Parse({}).config.metrics_host, "0.0.0.0");
+  EXPECT_EQ(Parse({"--host=127.0.0.1"}).config.metrics_host, "127.0.0.1");
+  EXPECT_EQ(
+      Parse({"--host=127.0.0.1"}, {{"SNAPSERVE_METRICS_HOST", "0.0.0.0"}}).config.metrics_host,
+      "0.0.0.0");
+  EXPECT_EQ(
+      Parse({"--metrics-host=::1"}, {{"SNAPSERVE_METRICS_HOST", "0.0.0.0"}}).config.metrics_host,
+      "::1");
+  ParseResult bad = Parse({"--metrics-host="});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.message.find("--metrics-host"), std::string::npos) << bad.message;
+}
+
 TEST(ServerConfigTest, DashesUnderscoresAndSeparateValues) {
   ParseResult r = Parse({"--kv-cache-memory=512MiB", "--max_queue", "7", "--model", "/m.gguf"});
   ASSERT_FALSE(r.exit) << r.message;

@@ -29,11 +29,14 @@ void SendAll(int fd, const std::string& data) {
   }
 }
 
-std::string Response(int code, const char* reason, const std::string& type,
-                     const std::string& body) {
+// A HEAD answer carries the headers a GET would (Content-Length included)
+// and no body (RFC 9110, 9.3.2): a client reading the body it announces would
+// otherwise take it for the next response.
+std::string Response(int code, const char* reason, const std::string& type, const std::string& body,
+                     bool head) {
   return "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
          "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-         body;
+         (head ? std::string() : body);
 }
 
 }  // namespace
@@ -121,18 +124,19 @@ void MetricsHttpServer::HandleConnection(int fd) {
   }
   const size_t line_end = request.find("\r\n");
   const std::string line = request.substr(0, line_end);
-  if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
-    SendAll(fd, Response(405, "Method Not Allowed", "text/plain", "only GET\n"));
+  const bool head = line.rfind("HEAD ", 0) == 0;
+  if (line.rfind("GET ", 0) != 0 && !head) {
+    SendAll(fd, Response(405, "Method Not Allowed", "text/plain", "only GET and HEAD\n", false));
     return;
   }
   const size_t path_start = line.find(' ') + 1;
   const std::string path = line.substr(path_start, line.find(' ', path_start) - path_start);
   if (path == "/metrics" || path.rfind("/metrics?", 0) == 0) {
-    SendAll(fd, Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", render_()));
+    SendAll(fd, Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", render_(), head));
   } else if (path == "/" || path == "/healthz") {
-    SendAll(fd, Response(200, "OK", "text/plain", "ok\n"));
+    SendAll(fd, Response(200, "OK", "text/plain", "ok\n", head));
   } else {
-    SendAll(fd, Response(404, "Not Found", "text/plain", "see /metrics\n"));
+    SendAll(fd, Response(404, "Not Found", "text/plain", "see /metrics\n", head));
   }
 }
 

@@ -139,6 +139,32 @@ def test_metrics_listen_on_the_grpc_host_unless_metrics_host_says(start_server, 
     assert _can_connect(outside, everywhere.metrics_port), outside  # the check can see a listener
 
 
+def _raw_http(port, request):
+    """Everything the server sends back for `request` until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request.encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return data
+
+
+def test_metrics_head_has_the_headers_and_no_body(start_server, model_path):
+    server = start_server([f"--model={model_path}"])
+    get = _raw_http(server.metrics_port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = _raw_http(server.metrics_port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    get_headers, get_body = get.split(b"\r\n\r\n", 1)
+    head_headers, head_body = head.split(b"\r\n\r\n", 1)
+    assert head_headers.startswith(b"HTTP/1.1 200 ")
+    assert b"Content-Type: text/plain; version=0.0.4" in head_headers
+    assert b"Content-Length: " in head_headers
+    assert head_body == b"", head_body[:200]
+    assert len(get_body) > 1000 and b"snapserve_requests_total" in get_body
+    for path in ("/healthz", "/nowhere"):
+        answer = _raw_http(server.metrics_port, f"HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.endswith(b"\r\n\r\n"), answer
+
+
 def test_environment_variables_configure_the_server(start_server, model_path):
     server = start_server([], env={"SNAPSERVE_MODEL": str(model_path),
                                    "SNAPSERVE_LOG_LEVEL": "debug"})

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "engine/common/bounded_text.h"
+
 namespace snapserve::engine {
 namespace {
 
@@ -48,7 +50,7 @@ Status ValidateRequest(const GenerationRequest& r, const ValidationLimits& limit
       const std::string& role = (*r.messages)[i].role;
       if (!IsKnownChatRole(role)) {
         return Invalid("messages.messages[" + std::to_string(i) + "].role",
-                       "unknown role '" + role + "' (expected system, user or assistant)");
+                       "unknown role '" + Bounded(role) + "' (expected system, user or assistant)");
       }
     }
   }

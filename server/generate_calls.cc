@@ -4,6 +4,7 @@
 #include <deque>
 #include <mutex>
 
+#include "engine/common/bounded_text.h"
 #include "server/generation_service.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -62,7 +63,8 @@ void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Sta
     }
     metrics->RecordRequest(r);
   }
-  nlohmann::json fields = {{"request_id", request_id},
+  // The id is the client's: when too long (rejected) it is still logged, bounded.
+  nlohmann::json fields = {{"request_id", Bounded(request_id)},
                            {"status", code},
                            {"finish_reason", v1::FinishReason_Name(ToProto(reason))},
                            {"prompt_tokens", usage.prompt_tokens},

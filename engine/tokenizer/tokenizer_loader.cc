@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/common/bounded_text.h"
 #include "engine/model/gguf_file.h"
 #include "engine/tokenizer/bpe_model.h"
 #include "engine/tokenizer/tokenizer_loader.h"
@@ -89,7 +90,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& 
         "tokenizer.model");
   }
   if (*model != "gpt2") {
-    return Status::Unimplemented(gguf.path() + ": tokenizer model '" + *model +
+    return Status::Unimplemented(gguf.path() + ": tokenizer model '" + Bounded(*model) +
                                  "' is not supported (only byte-level BPE, 'gpt2')");
   }
   std::optional<std::vector<std::string>> tokens = gguf.GetStringArray("tokenizer.ggml.tokens");
@@ -101,7 +102,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& 
   merges.reserve(merge_lines->size());
   for (const std::string& line : *merge_lines) {
     size_t space = line.find(' ', 1);  // as llama.cpp: a token may start with ' '
-    if (space == std::string::npos) return error("bad merge '" + line + "'");
+    if (space == std::string::npos) return error("bad merge '" + Bounded(line) + "'");
     merges.emplace_back(line.substr(0, space), line.substr(space + 1));
   }
   std::string pre_name = gguf.GetString("tokenizer.ggml.pre").value_or("default");
@@ -200,7 +201,7 @@ StatusOr<PreTokenizerType> DetectPreTokenizer(const json& p) {
       return PreTokenizerType::kLlama3;
     }
   }
-  return Status::Unimplemented("pre_tokenizer " + p.dump() + " is not supported");
+  return Status::Unimplemented("pre_tokenizer " + Bounded(p.dump()) + " is not supported");
 }
 
 // Collects the ids TemplateProcessing puts around a single sequence.
@@ -281,12 +282,12 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromHfDirectory(const std::strin
     if (m.is_string()) {
       std::string line = m.get<std::string>();
       size_t space = line.find(' ', 1);
-      if (space == std::string::npos) return error("bad merge '" + line + "'");
+      if (space == std::string::npos) return error("bad merge '" + Bounded(line) + "'");
       merges.emplace_back(line.substr(0, space), line.substr(space + 1));
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     } else {
-      return error("bad merge " + m.dump());
+      return error("bad merge " + Bounded(m.dump()));
     }
   }
   StatusOr<ByteLevelBpe> bpe =

@@ -419,6 +419,37 @@ def test_bad_request(stub, pb, server, name):
     check_good_request(stub, pb)
 
 
+def test_echoed_client_strings_are_bounded(stub, pb, server):
+    """A client's strings reach error messages and log lines bounded
+    (engine/common/bounded_text.h): their start, an ellipsis and the length."""
+    pb2 = pb[0]
+    role = "wizard" * 200_000
+    chat = pb2.ChatMessages(messages=[pb2.ChatMessage(role=role, content="hi")])
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Generate(pb2.GenerateRequest(request_id="bounded-role", messages=chat), timeout=30)
+    details = err.value.details()
+    assert err.value.code() == INVALID and "messages.messages[0].role" in details, details[:300]
+    assert f"({len(role)} bytes)" in details and len(details) < 500, details[:600]
+
+    request_id = "bounded-id-" + "r" * (1 << 20)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Generate(pb2.GenerateRequest(request_id=request_id, prompt=SHORT_PROMPT), timeout=30)
+    assert err.value.code() == INVALID and len(err.value.details()) < 500
+
+    def complete_lines():
+        lines = [line for line in server.logs().splitlines() if "inference_complete" in line]
+        mine = [line for line in lines if '"bounded-role"' in line or '"bounded-id-' in line]
+        return mine if len(mine) == 2 else None
+    lines = wait_for(complete_lines, timeout=5)
+    assert lines, server.logs()[-2000:]
+    for line in lines:
+        assert len(line) < 2000, line[:300]
+    logged_id = json.loads([line for line in lines if '"bounded-id-' in line][0])["request_id"]
+    assert logged_id.startswith("bounded-id-rrrr")
+    assert logged_id.endswith(f"({len(request_id)} bytes)"), logged_id[-40:]
+    check_good_request(stub, pb)
+
+
 def test_duplicate_request_id_in_flight(stub, pb):
     pb2 = pb[0]
     rid = "dup-id-1"

@@ -205,6 +205,19 @@ TEST(ServerConfigTest, BadValuesNameTheFlag) {
   EXPECT_NE(r.message.find("--snapkv-window"), std::string::npos) << r.message;
 }
 
+TEST(ServerConfigTest, BadValuesAreEchoedBounded) {
+  const std::string huge(100000, '9');
+  ParseResult r = Parse({"--port=" + huge});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.message.find("--port"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("(100000 bytes)"), std::string::npos) << r.message;
+  EXPECT_LT(r.message.size(), 400u);
+  r = Parse({}, {{"SNAPSERVE_DEVICE", huge}});
+  EXPECT_LT(r.message.size(), 400u);
+  r = Parse({"--" + huge + "=1"});
+  EXPECT_LT(r.message.size(), 400u);
+}
+
 TEST(ServerConfigTest, HelpExitsZero) {
   ParseResult r = Parse({"--help"});
   EXPECT_TRUE(r.exit);

@@ -657,6 +657,55 @@ def test_deadline_while_queued_and_running_frees_blocks(stub, pb, server, info):
     assert metric(after, "snapserve_requests_total", {"status": "DEADLINE_EXCEEDED"}) == before + 1
 
 
+# ------------------------------------------------------- engine faults ---
+
+def _vm_size(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise LookupError("no VmSize")
+
+
+def test_internal_error_tells_the_client_only_the_request_id(start_server, model_path, pb):
+    """An engine fault is INTERNAL with a short message naming the request id;
+    the exception text (c10::Error::what(), backtrace included) goes only to
+    the log. The fault: an address-space limit set on the running server
+    leaves prefill (8000 tokens, about 50 MB per MLP activation) unable to
+    allocate; the limit is lifted again and the server keeps serving."""
+    import resource
+    pb2, pb2_grpc = pb
+    server = start_server([f"--model={model_path}", "--kv-cache-memory=512MiB",
+                           "--default-kv-method=none"])
+    request = pb2.GenerateRequest(request_id="prefill-cannot-allocate",
+                                  input_ids=pb2.TokenIds(ids=[42] * 8000),
+                                  stopping=pb2.StoppingCriteria(max_new_tokens=1))
+    with grpc.insecure_channel(server.target) as channel:
+        stub = pb2_grpc.GenerationStub(channel)
+        check_good_request(stub, pb)
+        unlimited = resource.prlimit(server.pid, resource.RLIMIT_AS)
+        resource.prlimit(server.pid, resource.RLIMIT_AS,
+                         (_vm_size(server.pid) + (32 << 20), unlimited[1]))
+        try:
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Generate(request, timeout=120)
+        finally:
+            resource.prlimit(server.pid, resource.RLIMIT_AS, unlimited)
+        assert err.value.code() == grpc.StatusCode.INTERNAL, err.value.details()
+        assert err.value.details() == ("internal error in request prefill-cannot-allocate; "
+                                       "the details are in the server log")
+        check_good_request(stub, pb)
+
+    def log_line():
+        for line in server.logs().splitlines():
+            if '"prefill-cannot-allocate"' in line and "inference_complete" in line:
+                return json.loads(line)
+        return None
+    line = wait_for(log_line, timeout=5)
+    assert line and line["status"] == "INTERNAL", server.logs()[-2000:]
+    assert line["error"].startswith("prefill failed: ") and "alloc" in line["error"], line["error"]
+
+
 # ------------------------------------------------------------ SIGTERM ---
 
 def test_sigterm_drains_running_streams(start_server, model_path, pb):

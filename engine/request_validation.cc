@@ -21,6 +21,24 @@ Status Invalid(const std::string& field, const std::string& why) {
 
 }  // namespace
 
+Status CheckInputBytes(const GenerationRequest& r, int64_t max_context_tokens) {
+  const int64_t limit = max_context_tokens * kMaxInputBytesPerToken;
+  int64_t bytes = 0;
+  const char* field = "prompt";
+  if (r.prompt) bytes = static_cast<int64_t>(r.prompt->size());
+  if (r.messages) {
+    field = "messages";
+    for (const ChatMessage& m : *r.messages) {
+      bytes += static_cast<int64_t>(m.role.size() + m.content.size());
+    }
+  }
+  if (bytes <= limit) return Status::Ok();
+  return Invalid(field,
+                 std::to_string(bytes) + " bytes of text cannot fit the context: the limit is " +
+                     std::to_string(limit) + " bytes (" + std::to_string(max_context_tokens) +
+                     " tokens x " + std::to_string(kMaxInputBytesPerToken) + " bytes per token)");
+}
+
 bool IsKnownChatRole(const std::string& role) {
   return role == "system" || role == "user" || role == "assistant";
 }

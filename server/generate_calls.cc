@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "engine/common/bounded_text.h"
+#include "engine/request_validation.h"
 #include "server/generation_service.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -40,6 +41,15 @@ grpc::Status DeadlineAware(const grpc::Status& status,
     return {grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed"};
   }
   return status;
+}
+
+// The checks made before the engine's own: enum values the engine's structs
+// cannot carry, and input text too long to ever fit the context, refused
+// before the engine tokenizes it (engine/request_validation.h).
+Status CheckRequest(const engine::Engine& engine, const v1::GenerateRequest& request,
+                    const engine::GenerationRequest& converted) {
+  SNAPSERVE_RETURN_IF_ERROR(CheckEnumValues(request));
+  return engine::CheckInputBytes(converted, engine.model().max_context_length);
 }
 
 // What every Generate call reports when it ends: metrics and one JSON line.
@@ -100,7 +110,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     deadline_ = server_ctx->deadline();
     req.deadline = EngineDeadline(*server_ctx);
     req.arrival = arrival_;
-    Status queued = CheckEnumValues(*request);
+    Status queued = CheckRequest(*ctx_.engine, *request, req);
     if (queued.ok()) queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
     if (!queued.ok()) {
       Complete(ToGrpc(queued, request_id_), queued, {}, {}, /*reached_engine=*/false);
@@ -163,7 +173,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
     deadline_ = server_ctx->deadline();
     req.deadline = EngineDeadline(*server_ctx);
     req.arrival = arrival_;
-    Status queued = CheckEnumValues(*request);
+    Status queued = CheckRequest(*ctx_.engine, *request, req);
     if (queued.ok()) queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
     if (!queued.ok()) {
       const grpc::Status status = ToGrpc(queued, request_id_);

@@ -423,7 +423,7 @@ def test_echoed_client_strings_are_bounded(stub, pb, server):
     """A client's strings reach error messages and log lines bounded
     (engine/common/bounded_text.h): their start, an ellipsis and the length."""
     pb2 = pb[0]
-    role = "wizard" * 200_000
+    role = "wizard" * 100_000  # 600 kB: under the 1 MiB input bound of CheckInputBytes
     chat = pb2.ChatMessages(messages=[pb2.ChatMessage(role=role, content="hi")])
     with pytest.raises(grpc.RpcError) as err:
         stub.Generate(pb2.GenerateRequest(request_id="bounded-role", messages=chat), timeout=30)
@@ -447,6 +447,33 @@ def test_echoed_client_strings_are_bounded(stub, pb, server):
     logged_id = json.loads([line for line in lines if '"bounded-id-' in line][0])["request_id"]
     assert logged_id.startswith("bounded-id-rrrr")
     assert logged_id.endswith(f"({len(request_id)} bytes)"), logged_id[-40:]
+    check_good_request(stub, pb)
+
+
+def test_huge_input_is_refused_before_tokenizing(stub, pb, info):
+    """Text that cannot fit the context (more than max_context x 128 bytes,
+    engine/request_validation.h) is INVALID_ARGUMENT naming the limit, at once:
+    15 MiB used to be tokenized first (seconds of the gRPC thread's time)."""
+    pb2 = pb[0]
+    limit = info.max_context_length * 128
+    text = ("The quick brown fox jumps over the lazy dog. " * 400_000)[:15 << 20]
+    chat = pb2.ChatMessages(messages=[pb2.ChatMessage(role="user", content=text)])
+    for request, field in [(pb2.GenerateRequest(prompt=text), "prompt"),
+                           (pb2.GenerateRequest(messages=chat), "messages")]:
+        for call in (lambda r: stub.Generate(r, timeout=60),
+                     lambda r: stream_all(stub, r, timeout=60)):
+            start = time.monotonic()
+            with pytest.raises(grpc.RpcError) as err:
+                call(request)
+            elapsed = time.monotonic() - start
+            details = err.value.details()
+            assert err.value.code() == INVALID, details
+            assert details.startswith(field + ":") and str(limit) in details, details
+            assert elapsed < 3, f"{elapsed:.1f} s"
+    # Just under the bound the text is tokenized and refused by the context check.
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Generate(pb2.GenerateRequest(prompt=text[:limit]), timeout=120)
+    assert err.value.code() == INVALID and "stopping.max_new_tokens" in err.value.details()
     check_good_request(stub, pb)
 
 

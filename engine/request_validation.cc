@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "engine/common/bounded_text.h"
+
 namespace snapserve::engine {
 namespace {
 
@@ -18,6 +20,24 @@ Status Invalid(const std::string& field, const std::string& why) {
 }
 
 }  // namespace
+
+Status CheckInputBytes(const GenerationRequest& r, int64_t max_context_tokens) {
+  const int64_t limit = max_context_tokens * kMaxInputBytesPerToken;
+  int64_t bytes = 0;
+  const char* field = "prompt";
+  if (r.prompt) bytes = static_cast<int64_t>(r.prompt->size());
+  if (r.messages) {
+    field = "messages";
+    for (const ChatMessage& m : *r.messages) {
+      bytes += static_cast<int64_t>(m.role.size() + m.content.size());
+    }
+  }
+  if (bytes <= limit) return Status::Ok();
+  return Invalid(field,
+                 std::to_string(bytes) + " bytes of text cannot fit the context: the limit is " +
+                     std::to_string(limit) + " bytes (" + std::to_string(max_context_tokens) +
+                     " tokens x " + std::to_string(kMaxInputBytesPerToken) + " bytes per token)");
+}
 
 bool IsKnownChatRole(const std::string& role) {
   return role == "system" || role == "user" || role == "assistant";
@@ -48,7 +68,7 @@ Status ValidateRequest(const GenerationRequest& r, const ValidationLimits& limit
       const std::string& role = (*r.messages)[i].role;
       if (!IsKnownChatRole(role)) {
         return Invalid("messages.messages[" + std::to_string(i) + "].role",
-                       "unknown role '" + role + "' (expected system, user or assistant)");
+                       "unknown role '" + Bounded(role) + "' (expected system, user or assistant)");
       }
     }
   }
@@ -74,6 +94,11 @@ Status ValidateRequest(const GenerationRequest& r, const ValidationLimits& limit
     return Invalid("stopping.stop", "at most " + std::to_string(kMaxStopSequences) + " sequences");
   }
   for (size_t i = 0; i < r.stop.size(); ++i) {
+    // An empty stop sequence would match at every position: almost certainly
+    // a client bug, so say so rather than guess what was meant.
+    if (r.stop[i].empty()) {
+      return Invalid("stopping.stop[" + std::to_string(i) + "]", "must not be empty");
+    }
     if (r.stop[i].size() > kMaxStopBytes) {
       return Invalid("stopping.stop[" + std::to_string(i) + "]",
                      "longer than " + std::to_string(kMaxStopBytes) + " bytes");

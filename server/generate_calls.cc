@@ -4,6 +4,8 @@
 #include <deque>
 #include <mutex>
 
+#include "engine/common/bounded_text.h"
+#include "engine/request_validation.h"
 #include "server/generation_service.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -41,10 +43,21 @@ grpc::Status DeadlineAware(const grpc::Status& status,
   return status;
 }
 
+// The checks made before the engine's own: enum values the engine's structs
+// cannot carry, and input text too long to ever fit the context, refused
+// before the engine tokenizes it (engine/request_validation.h).
+Status CheckRequest(const engine::Engine& engine, const v1::GenerateRequest& request,
+                    const engine::GenerationRequest& converted) {
+  SNAPSERVE_RETURN_IF_ERROR(CheckEnumValues(request));
+  return engine::CheckInputBytes(converted, engine.model().max_context_length);
+}
+
 // What every Generate call reports when it ends: metrics and one JSON line.
+// `status` is what the client got; `engine_status` the engine's own, whose
+// message the log keeps when the client got only a summary (INTERNAL, ToGrpc).
 void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Status& status,
-                engine::FinishReason reason, const engine::Usage& usage, bool reached_engine,
-                Clock::time_point arrival) {
+                const Status& engine_status, engine::FinishReason reason,
+                const engine::Usage& usage, bool reached_engine, Clock::time_point arrival) {
   const std::string code = GrpcCodeName(status.error_code());
   const double total_s = std::chrono::duration<double>(Clock::now() - arrival).count();
   if (metrics != nullptr) {
@@ -62,7 +75,8 @@ void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Sta
     }
     metrics->RecordRequest(r);
   }
-  nlohmann::json fields = {{"request_id", request_id},
+  // The id is the client's: when too long (rejected) it is still logged, bounded.
+  nlohmann::json fields = {{"request_id", Bounded(request_id)},
                            {"status", code},
                            {"finish_reason", v1::FinishReason_Name(ToProto(reason))},
                            {"prompt_tokens", usage.prompt_tokens},
@@ -73,7 +87,10 @@ void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Sta
                            {"queue_ms", usage.queue_ms},
                            {"ttft_ms", usage.time_to_first_token_ms},
                            {"duration_ms", total_s * 1e3}};
-  if (!status.ok()) fields["error"] = status.error_message();
+  if (!status.ok()) {
+    fields["error"] = status.error_code() == grpc::StatusCode::INTERNAL ? engine_status.message()
+                                                                        : status.error_message();
+  }
   LogEvent(status.ok() || status.error_code() == grpc::StatusCode::CANCELLED ? "info" : "warn",
            "inference_complete", fields);
 }
@@ -93,9 +110,11 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     deadline_ = server_ctx->deadline();
     req.deadline = EngineDeadline(*server_ctx);
     req.arrival = arrival_;
-    Status queued = CheckEnumValues(*request);
+    Status queued = CheckRequest(*ctx_.engine, *request, req);
     if (queued.ok()) queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
-    if (!queued.ok()) Complete(ToGrpc(queued), {}, {}, /*reached_engine=*/false);
+    if (!queued.ok()) {
+      Complete(ToGrpc(queued, request_id_), queued, {}, {}, /*reached_engine=*/false);
+    }
   }
 
   void OnCancel() override { ctx_.engine->Cancel(request_id_); }
@@ -114,21 +133,22 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     }
     void OnFinish(const Status& status, engine::FinishReason reason,
                   const engine::Usage& usage) override {
-      call_->Complete(DeadlineAware(ToGrpc(status), call_->deadline_), reason, usage,
-                      /*reached_engine=*/true);
+      call_->Complete(DeadlineAware(ToGrpc(status, call_->request_id_), call_->deadline_), status,
+                      reason, usage, /*reached_engine=*/true);
     }
 
    private:
     UnaryCall* call_;
   };
 
-  void Complete(const grpc::Status& status, engine::FinishReason reason, const engine::Usage& usage,
-                bool reached_engine) {
+  void Complete(const grpc::Status& status, const Status& engine_status,
+                engine::FinishReason reason, const engine::Usage& usage, bool reached_engine) {
     if (status.ok()) {
       response_->set_finish_reason(ToProto(reason));
       FillUsage(usage, response_->mutable_usage());
     }
-    ReportCall(ctx_.metrics, request_id_, status, reason, usage, reached_engine, arrival_);
+    ReportCall(ctx_.metrics, request_id_, status, engine_status, reason, usage, reached_engine,
+               arrival_);
     Finish(status);  // last use of `this`: OnDone may delete it right after
   }
 
@@ -153,11 +173,11 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
     deadline_ = server_ctx->deadline();
     req.deadline = EngineDeadline(*server_ctx);
     req.arrival = arrival_;
-    Status queued = CheckEnumValues(*request);
+    Status queued = CheckRequest(*ctx_.engine, *request, req);
     if (queued.ok()) queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
     if (!queued.ok()) {
-      const grpc::Status status = ToGrpc(queued);
-      ReportCall(ctx_.metrics, request_id_, status, {}, {}, false, arrival_);
+      const grpc::Status status = ToGrpc(queued, request_id_);
+      ReportCall(ctx_.metrics, request_id_, status, queued, {}, {}, false, arrival_);
       Finish(status);
     }
   }
@@ -193,7 +213,8 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
     }
     void OnFinish(const Status& status, engine::FinishReason reason,
                   const engine::Usage& usage) override {
-      call_->End(DeadlineAware(ToGrpc(status), call_->deadline_), reason, usage);
+      call_->End(DeadlineAware(ToGrpc(status, call_->request_id_), call_->deadline_), status,
+                 reason, usage);
     }
 
    private:
@@ -236,8 +257,9 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
     Perform(next);
   }
 
-  void End(const grpc::Status& status, engine::FinishReason reason, const engine::Usage& usage) {
-    ReportCall(ctx_.metrics, request_id_, status, reason, usage, true, arrival_);
+  void End(const grpc::Status& status, const Status& engine_status, engine::FinishReason reason,
+           const engine::Usage& usage) {
+    ReportCall(ctx_.metrics, request_id_, status, engine_status, reason, usage, true, arrival_);
     Action next;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "server/generate_calls.h"
+#include "server/logging.h"
 #include "server/metrics.h"
 #include "server/request_conversion.h"
 
@@ -86,6 +87,9 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
       response->mutable_ids()->Add(ids->begin(), ids->end());
     } else {
       status = ToGrpc(ids.status());
+      if (status.error_code() == grpc::StatusCode::INTERNAL) {
+        LogEvent("error", "tokenize_failed", {{"error", ids.status().message()}});
+      }
     }
   }
   return FinishUnary(ctx, status);

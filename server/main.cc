@@ -72,12 +72,11 @@ int Run(const ServerConfig& config) {
 
   Metrics metrics;
   if (config.metrics_port > 0) {
-    if (std::string err = metrics.Serve("0.0.0.0", config.metrics_port); !err.empty()) {
+    if (std::string err = metrics.Serve(config.metrics_host, config.metrics_port); !err.empty()) {
       LogEvent("error", "startup_failed", {{"error", "metrics endpoint: " + err}});
       return 1;
     }
-    LogEvent("info", "metrics_listening",
-             {{"address", "0.0.0.0:" + std::to_string(config.metrics_port)}});
+    LogEvent("info", "metrics_listening", {{"address", metrics.address()}});
   }
 
   GenerationService service(&metrics);

@@ -141,6 +141,8 @@ std::string Metrics::Serve(const std::string& host, int port) {
   return http_->Start(host, port);
 }
 
+std::string Metrics::address() const { return http_ ? http_->address() : ""; }
+
 std::string Metrics::Render() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }

@@ -45,6 +45,8 @@ class Metrics {
 
   // Starts serving /metrics on host:port. Returns "" or an error message.
   std::string Serve(const std::string& host, int port);
+  // The address /metrics is bound to ("127.0.0.1:9464", "[::1]:9464"); "" before Serve.
+  std::string address() const;
   // The exposition text of every metric (what a scrape returns).
   std::string Render() const;
 

@@ -1,6 +1,7 @@
 #include "server/metrics_http.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace snapserve::server {
 namespace {
@@ -27,11 +29,14 @@ void SendAll(int fd, const std::string& data) {
   }
 }
 
-std::string Response(int code, const char* reason, const std::string& type,
-                     const std::string& body) {
+// A HEAD answer carries the headers a GET would (Content-Length included)
+// and no body (RFC 9110, 9.3.2): a client reading the body it announces would
+// otherwise take it for the next response.
+std::string Response(int code, const char* reason, const std::string& type, const std::string& body,
+                     bool head) {
   return "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
          "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-         body;
+         (head ? std::string() : body);
 }
 
 }  // namespace
@@ -42,24 +47,46 @@ MetricsHttpServer::MetricsHttpServer(std::function<std::string()> render)
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 std::string MetricsHttpServer::Start(const std::string& host, int port) {
-  listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // "[::1]" as gRPC spells an IPv6 host; getaddrinfo wants it bare.
+  std::string name = host;
+  if (name.size() >= 2 && name.front() == '[' && name.back() == ']') {
+    name = name.substr(1, name.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = getaddrinfo(name.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return "cannot resolve " + host + ": " + gai_strerror(rc);
+  }
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, &freeaddrinfo);
+  listen_fd_ = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return std::string("socket: ") + std::strerror(errno);
   const int one = 1;
   setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return "bad IPv4 address " + host;
-  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listen_fd_, 64) != 0) {
+  if (bind(listen_fd_, found->ai_addr, found->ai_addrlen) != 0 || listen(listen_fd_, 64) != 0) {
     const std::string err = std::strerror(errno);
     close(listen_fd_);
     listen_fd_ = -1;
-    return "cannot listen on " + host + ":" + std::to_string(port) + ": " + err;
+    return "cannot listen on " + host + ":" + service + ": " + err;
   }
-  socklen_t len = sizeof(addr);
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.sin_port);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  char text[INET6_ADDRSTRLEN] = "";
+  if (bound.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&bound);
+    inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+    port_ = ntohs(a->sin6_port);
+    address_ = "[" + std::string(text) + "]:" + std::to_string(port_);
+  } else {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&bound);
+    inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+    port_ = ntohs(a->sin_port);
+    address_ = std::string(text) + ":" + std::to_string(port_);
+  }
   thread_ = std::thread([this] { Serve(); });
   return "";
 }
@@ -97,18 +124,19 @@ void MetricsHttpServer::HandleConnection(int fd) {
   }
   const size_t line_end = request.find("\r\n");
   const std::string line = request.substr(0, line_end);
-  if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
-    SendAll(fd, Response(405, "Method Not Allowed", "text/plain", "only GET\n"));
+  const bool head = line.rfind("HEAD ", 0) == 0;
+  if (line.rfind("GET ", 0) != 0 && !head) {
+    SendAll(fd, Response(405, "Method Not Allowed", "text/plain", "only GET and HEAD\n", false));
     return;
   }
   const size_t path_start = line.find(' ') + 1;
   const std::string path = line.substr(path_start, line.find(' ', path_start) - path_start);
   if (path == "/metrics" || path.rfind("/metrics?", 0) == 0) {
-    SendAll(fd, Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", render_()));
+    SendAll(fd, Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", render_(), head));
   } else if (path == "/" || path == "/healthz") {
-    SendAll(fd, Response(200, "OK", "text/plain", "ok\n"));
+    SendAll(fd, Response(200, "OK", "text/plain", "ok\n", head));
   } else {
-    SendAll(fd, Response(404, "Not Found", "text/plain", "see /metrics\n"));
+    SendAll(fd, Response(404, "Not Found", "text/plain", "see /metrics\n", head));
   }
 }
 

@@ -24,9 +24,13 @@ class MetricsHttpServer {
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
-  // Binds host:port (port 0 picks one) and starts serving. Returns "" or an error.
+  // Binds host:port (port 0 picks one) and starts serving. `host` is a
+  // numeric IPv4 or IPv6 address (brackets allowed, as gRPC's --host takes
+  // them) or a name that resolves to one. Returns "" or an error.
   std::string Start(const std::string& host, int port);
   int port() const { return port_; }
+  // The bound address as "host:port", IPv6 in brackets.
+  const std::string& address() const { return address_; }
   void Stop();
 
  private:
@@ -36,6 +40,7 @@ class MetricsHttpServer {
   std::function<std::string()> render_;
   int listen_fd_ = -1;
   int port_ = 0;
+  std::string address_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

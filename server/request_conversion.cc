@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include "engine/common/bounded_text.h"
+
 namespace snapserve::server {
 
 namespace v1 = snapserve::v1;
@@ -152,8 +154,13 @@ constexpr CodePair kCodes[] = {
 
 }  // namespace
 
-grpc::Status ToGrpc(const Status& s) {
+grpc::Status ToGrpc(const Status& s, std::string_view request_id) {
   if (s.ok()) return grpc::Status::OK;
+  if (s.code() == StatusCode::kInternal) {
+    std::string message = "internal error";
+    if (!request_id.empty()) message += " in request " + Bounded(request_id);
+    return {grpc::StatusCode::INTERNAL, message + "; the details are in the server log"};
+  }
   for (const CodePair& c : kCodes) {
     if (c.engine == s.code()) return {c.grpc, s.message()};
   }

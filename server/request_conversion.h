@@ -6,6 +6,7 @@
 #include <grpcpp/support/status.h>
 
 #include <string>
+#include <string_view>
 
 #include "engine/engine.h"
 #include "snapserve/v1/generation.pb.h"
@@ -24,7 +25,11 @@ snapserve::v1::FinishReason ToProto(engine::FinishReason reason);
 void FillUsage(const engine::Usage& usage, snapserve::v1::Usage* out);
 void FillModelInfo(const engine::ModelSummary& summary, snapserve::v1::ModelInfo* out);
 
-grpc::Status ToGrpc(const Status& status);
+// The status a client receives. INTERNAL is an engine fault whose message may
+// hold exception text and C++ backtraces (c10::Error::what()): the client gets
+// only "internal error" and the request id, the details go to the log
+// (ReportCall in generate_calls.cc). Every other code keeps its message.
+grpc::Status ToGrpc(const Status& status, std::string_view request_id = {});
 // "OK", "INVALID_ARGUMENT", ... as Prometheus labels and logs spell them.
 std::string GrpcCodeName(grpc::StatusCode code);
 

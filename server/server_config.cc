@@ -6,6 +6,8 @@
 #include <functional>
 #include <sstream>
 
+#include "engine/common/bounded_text.h"
+
 namespace snapserve::server {
 namespace {
 
@@ -25,7 +27,7 @@ std::string SetInt(Int& field, const std::string& v, int64_t lo, int64_t hi) {
   const long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi) {
     return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-           "], got '" + v + "'";
+           "], got '" + Bounded(v) + "'";
   }
   field = static_cast<Int>(x);
   return "";
@@ -41,7 +43,7 @@ std::string SetChoice(std::string& field, const std::string& v,
     }
     all += all.empty() ? c : std::string("|") + c;
   }
-  return "expected one of " + all + ", got '" + v + "'";
+  return "expected one of " + all + ", got '" + Bounded(v) + "'";
 }
 
 // The value of `values` whose name is `text`.
@@ -53,7 +55,7 @@ StatusOr<T> ParseNamed(const std::string& text, std::initializer_list<T> values,
     if (text == name(v)) return v;
     all += all.empty() ? name(v) : std::string("|") + name(v);
   }
-  return Status::InvalidArgument("expected one of " + all + ", got '" + text + "'");
+  return Status::InvalidArgument("expected one of " + all + ", got '" + Bounded(text) + "'");
 }
 
 // Stores a parsed value in `field`; returns the parse error's message, or "".
@@ -80,6 +82,11 @@ const std::vector<FlagSpec>& Flags() {
       {"port", "gRPC port",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.port, v, 0, 65535); },
        [](const ServerConfig& c) { return std::to_string(c.port); }},
+      {"metrics-host", "address to listen on for /metrics (default: the --host value)",
+       [](ServerConfig& c, const std::string& v) {
+         return v.empty() ? "must not be empty" : (c.metrics_host = v, "");
+       },
+       [](const ServerConfig& c) { return c.metrics_host.empty() ? c.host : c.metrics_host; }},
       {"metrics-port", "Prometheus /metrics port (0: off)",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.metrics_port, v, 0, 65535); },
        [](const ServerConfig& c) { return std::to_string(c.metrics_port); }},
@@ -87,7 +94,7 @@ const std::vector<FlagSpec>& Flags() {
        [](ServerConfig& c, const std::string& v) {
          const int64_t b = ParseByteSize(v);
          if (b < 1024 || b > (int64_t{1} << 31) - 1)
-           return std::string("expected a size in [1KiB, 2GiB), got '") + v + "'";
+           return std::string("expected a size in [1KiB, 2GiB), got '") + Bounded(v) + "'";
          c.max_message_bytes = b;
          return std::string();
        },
@@ -107,7 +114,7 @@ const std::vector<FlagSpec>& Flags() {
          char* end = nullptr;
          const double x = std::strtod(v.c_str(), &end);
          if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0 || x > 86400)
-           return std::string("expected seconds in [0, 86400], got '") + v + "'";
+           return std::string("expected seconds in [0, 86400], got '") + Bounded(v) + "'";
          c.shutdown_grace_s = x;
          return std::string();
        },
@@ -144,7 +151,7 @@ const std::vector<FlagSpec>& Flags() {
       {"kv-cache-memory", "bytes for the paged KV cache (e.g. 2GiB)",
        [](ServerConfig& c, const std::string& v) {
          const int64_t b = ParseByteSize(v);
-         if (b <= 0) return "expected a positive size like 2GiB, got '" + v + "'";
+         if (b <= 0) return "expected a positive size like 2GiB, got '" + Bounded(v) + "'";
          c.engine.kv_cache_memory_bytes = b;
          return std::string();
        },
@@ -316,7 +323,7 @@ StatusOr<engine::Device> ParseDevice(const std::string& text) {
         !n.empty() && n.size() <= 3 && n.find_first_not_of("0123456789") == std::string::npos;
     if (digits && std::stoi(n) <= 127) return engine::Device::Cuda(std::stoi(n));
   }
-  return Status::InvalidArgument("expected cpu, cuda or cuda:N, got '" + text + "'");
+  return Status::InvalidArgument("expected cpu, cuda or cuda:N, got '" + Bounded(text) + "'");
 }
 
 std::string ServerHelp() {
@@ -349,7 +356,7 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") return {r.config, true, 0, ServerHelp()};
     if (a.rfind("--", 0) != 0)
-      return {r.config, true, 2, "unexpected argument '" + a + "' (see --help)"};
+      return {r.config, true, 2, "unexpected argument '" + Bounded(a) + "' (see --help)"};
     std::string name = a.substr(2);
     std::string value;
     const size_t eq = name.find('=');
@@ -359,16 +366,18 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
     } else if (i + 1 < args.size()) {
       value = args[++i];
     } else {
-      return {r.config, true, 2, "--" + name + ": missing value"};
+      return {r.config, true, 2, "--" + Bounded(name) + ": missing value"};
     }
     for (char& ch : name) ch = ch == '_' ? '-' : ch;  // --kv_cache_memory works too
     const FlagSpec* f = FindFlag(name);
-    if (f == nullptr) return {r.config, true, 2, "unknown flag --" + name + " (see --help)"};
+    if (f == nullptr)
+      return {r.config, true, 2, "unknown flag --" + Bounded(name) + " (see --help)"};
     if (std::string err = f->set(r.config, value); !err.empty()) {
       return {r.config, true, 2, "--" + name + ": " + err};
     }
   }
   if (std::string err = CheckConsistency(r.config); !err.empty()) return {r.config, true, 2, err};
+  if (r.config.metrics_host.empty()) r.config.metrics_host = r.config.host;
   return r;
 }
 

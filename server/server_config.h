@@ -17,6 +17,10 @@ struct ServerConfig {
   std::string host = "0.0.0.0";
   int port = 50051;
   int metrics_port = 9464;
+  // Address of the /metrics listener; empty until parsed, then the --host
+  // value unless --metrics-host says otherwise (so a loopback-only gRPC
+  // server does not expose its metrics on every interface).
+  std::string metrics_host;
   int64_t max_message_bytes = 16 << 20;
   std::string tls_cert;       // PEM file; enables TLS together with tls_key
   std::string tls_key;        // PEM file

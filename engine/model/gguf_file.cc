@@ -9,6 +9,8 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/common/bounded_text.h"
+
 namespace snapserve::model {
 namespace {
 
@@ -124,33 +126,34 @@ class Parser {
         return ReadInt<int64_t>(key, out);
       case kF32: {
         float v;
-        if (!cur_->Read(&v)) return Truncated("value of '" + key + "'");
+        if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
         *out = static_cast<double>(v);
         return Status::Ok();
       }
       case kF64: {
         double v;
-        if (!cur_->Read(&v)) return Truncated("value of '" + key + "'");
+        if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
         *out = v;
         return Status::Ok();
       }
       case kBool: {
         uint8_t v;
-        if (!cur_->Read(&v)) return Truncated("value of '" + key + "'");
-        if (v > 1) return Error("bool '" + key + "' has value " + std::to_string(v));
+        if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
+        if (v > 1) return Error("bool '" + Bounded(key) + "' has value " + std::to_string(v));
         *out = v != 0;
         return Status::Ok();
       }
       case kString: {
         std::string s;
-        if (!cur_->ReadString(&s)) return Truncated("string '" + key + "'");
+        if (!cur_->ReadString(&s)) return Truncated("string '" + Bounded(key) + "'");
         *out = std::move(s);
         return Status::Ok();
       }
       case kArray:
         return ReadArray(key, depth, out);
       default:
-        return Error("metadata '" + key + "' has unknown value type " + std::to_string(type));
+        return Error("metadata '" + Bounded(key) + "' has unknown value type " +
+                     std::to_string(type));
     }
   }
 
@@ -158,7 +161,7 @@ class Parser {
   template <typename T>
   Status ReadInt(const std::string& key, GgufValue* out) {
     T v;
-    if (!cur_->Read(&v)) return Truncated("value of '" + key + "'");
+    if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
     if constexpr (std::is_signed_v<T>) {
       *out = static_cast<int64_t>(v);
     } else {
@@ -168,16 +171,18 @@ class Parser {
   }
 
   Status ReadArray(const std::string& key, int depth, GgufValue* out) {
-    if (depth >= kMaxArrayNesting) return Error("array '" + key + "' nested too deeply");
+    if (depth >= kMaxArrayNesting) return Error("array '" + Bounded(key) + "' nested too deeply");
     uint32_t elem_type;
     uint64_t count;
-    if (!cur_->Read(&elem_type) || !cur_->Read(&count)) return Truncated("array '" + key + "'");
+    if (!cur_->Read(&elem_type) || !cur_->Read(&count))
+      return Truncated("array '" + Bounded(key) + "'");
     uint64_t min_size = MinEncodedSize(elem_type);
     if (min_size == 0) {
-      return Error("array '" + key + "' has unknown element type " + std::to_string(elem_type));
+      return Error("array '" + Bounded(key) + "' has unknown element type " +
+                   std::to_string(elem_type));
     }
     if (count > cur_->left() / min_size || count > kMaxArrayCount) {
-      return Error("array '" + key + "' claims " + std::to_string(count) +
+      return Error("array '" + Bounded(key) + "' claims " + std::to_string(count) +
                    " elements, which do not fit in the file");
     }
     GgufArray array;
@@ -316,7 +321,7 @@ Status GgufFile::Parse() {
       return parser.Truncated("key of metadata entry " + std::to_string(i));
     }
     uint32_t type;
-    if (!cur.Read(&type)) return parser.Truncated("type of '" + key + "'");
+    if (!cur.Read(&type)) return parser.Truncated("type of '" + Bounded(key) + "'");
     GgufValue value;
     SNAPSERVE_RETURN_IF_ERROR(parser.ReadValue(type, key, 0, &value));
     if (!metadata_.emplace(std::move(key), std::move(value)).second) {
@@ -335,7 +340,7 @@ Status GgufFile::Parse() {
   for (uint64_t i = 0; i < tensor_count; ++i) {
     GgufTensorInfo t;
     if (!cur.ReadString(&t.name)) return parser.Truncated("name of tensor " + std::to_string(i));
-    const std::string label = "tensor '" + t.name + "'";
+    const std::string label = "tensor '" + Bounded(t.name) + "'";
     uint32_t n_dims;
     if (!cur.Read(&n_dims)) return parser.Truncated(label);
     if (n_dims > kMaxDims) {
@@ -388,7 +393,7 @@ Status GgufFile::Parse() {
   uint64_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
   for (GgufTensorInfo& t : tensors_) {
     if (t.offset > data_size || t.nbytes > data_size - t.offset) {
-      return parser.Error("tensor '" + t.name + "' extends past end of file");
+      return parser.Error("tensor '" + Bounded(t.name) + "' extends past end of file");
     }
     t.data = map_ + data_offset_ + t.offset;
   }

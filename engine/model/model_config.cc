@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/common/bounded_text.h"
+
 namespace snapserve::model {
 namespace {
 
@@ -60,7 +62,7 @@ Status ParseRope(const json& rope, const std::string& source, ModelConfig* c) {
     SNAPSERVE_RETURN_IF_ERROR(ReadInt(rope, "original_max_position_embeddings",
                                       &s.original_max_position_embeddings, source));
   } else {
-    return Status::Unimplemented(source + ": rope type `" + type +
+    return Status::Unimplemented(source + ": rope type `" + Bounded(type) +
                                  "` is not supported (default, linear, llama3 are)");
   }
   return Status::Ok();
@@ -71,7 +73,7 @@ Status ParseRope(const json& rope, const std::string& source, ModelConfig* c) {
 Status ModelConfig::Validate(const std::string& source) const {
   auto bad = [&](const std::string& what) { return Status::InvalidArgument(source + ": " + what); };
   if (architecture != "llama" && architecture != "mistral") {
-    return Status::Unimplemented(source + ": architecture `" + architecture +
+    return Status::Unimplemented(source + ": architecture `" + Bounded(architecture) +
                                  "` is not supported (llama, mistral are)");
   }
   if (num_layers <= 0) return bad("num_hidden_layers must be positive");
@@ -162,7 +164,7 @@ StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::str
     }
   }
   if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
-    return Status::Unimplemented(source + ": hidden_act `" + it->get<std::string>() +
+    return Status::Unimplemented(source + ": hidden_act `" + Bounded(it->get<std::string>()) +
                                  "` is not supported (silu is)");
   }
   // transformers 5 writes `rope_parameters` (theta inside); older files

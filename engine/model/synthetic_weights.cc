@@ -9,6 +9,7 @@
 #include <mutex>
 #include <regex>
 
+#include "engine/common/bounded_text.h"
 #include "kernels/quant_matrix.h"
 #include "kernels/random_blocks.h"
 
@@ -333,7 +334,7 @@ StatusOr<SyntheticSpec> ParseSyntheticSpec(const std::string& text) {
   const size_t q = rest.find('?');
   spec.preset = rest.substr(0, q);
   auto preset = Presets().find(spec.preset);
-  if (preset == Presets().end()) return bad("unknown preset `" + spec.preset + "`");
+  if (preset == Presets().end()) return bad("unknown preset `" + Bounded(spec.preset) + "`");
   spec.config = preset->second;
   bool seen_format = false, seen_seed = false;
   for (size_t start = q; start != std::string::npos;) {
@@ -345,7 +346,7 @@ StatusOr<SyntheticSpec> ParseSyntheticSpec(const std::string& text) {
     const std::string key = param.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : param.substr(eq + 1);
     if (key == "format" && !seen_format) {
-      if (FindFormat(value) == nullptr) return bad("unknown format `" + value + "`");
+      if (FindFormat(value) == nullptr) return bad("unknown format `" + Bounded(value) + "`");
       spec.format = value;
       seen_format = true;
     } else if (key == "seed" && !seen_seed) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "engine/common/bounded_text.h"
+
 namespace snapserve::tokenizer {
 namespace {
 
@@ -15,7 +17,7 @@ bool OneOf(const std::string& role, std::initializer_list<std::string_view> role
 }
 
 Status UnknownRole(const std::string& role, std::string_view family) {
-  return Status::InvalidArgument("messages: unknown chat role '" + role + "' for the " +
+  return Status::InvalidArgument("messages: unknown chat role '" + Bounded(role) + "' for the " +
                                  std::string(family) + " template");
 }
 

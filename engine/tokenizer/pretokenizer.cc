@@ -1,5 +1,6 @@
 #include "engine/tokenizer/pretokenizer.h"
 
+#include "engine/common/bounded_text.h"
 #include "engine/tokenizer/unicode.h"
 
 namespace snapserve::tokenizer {
@@ -107,7 +108,7 @@ StatusOr<PreTokenizerType> PreTokenizerFromGgufName(std::string_view name) {
   if (name == "gpt2" || name == "default") return PreTokenizerType::kGpt2;
   if (name == "llama-bpe" || name == "llama3") return PreTokenizerType::kLlama3;
   if (name == "smollm") return PreTokenizerType::kSmolLM;
-  return Status::Unimplemented("pre-tokenizer '" + std::string(name) + "' is not supported");
+  return Status::Unimplemented("pre-tokenizer '" + Bounded(name) + "' is not supported");
 }
 
 std::vector<std::string_view> PreTokenize(PreTokenizerType type, std::string_view text) {

@@ -16,10 +16,12 @@
 //   is not read.
 // - BOS/EOS from tokenizer_config.json (add_bos_token defaults to true and
 //   add_eos_token to false, as LlamaTokenizer's), else the model's own ids.
+#include <cerrno>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/common/bounded_text.h"
 #include "engine/tokenizer/sentencepiece_model.h"
 #include "engine/tokenizer/tokenizer_loader.h"
 
@@ -29,23 +31,27 @@ using json = nlohmann::json;
 
 namespace {
 
-void AddTokensFrom(Tokenizer* t, const json& tokens) {
-  if (tokens.is_array()) {  // tokenizer.json's added_tokens
-    for (const json& a : tokens) {
-      if (a.is_object()) {
-        TokenizerLoader::AddToken(t, JsonString(a, "content"), a.value("id", -1),
-                                  a.value("special", false));
-      }
+// tokenizer_config.json's added_tokens_decoder: {"<id>": {"content": ..., "special": ...}}.
+Status AddTokensFromDecoder(Tokenizer* t, const JsonReader& in, const json& config) {
+  SNAPSERVE_ASSIGN_OR_RETURN(const json* decoder, in.Object(config, "added_tokens_decoder", ""));
+  if (decoder == nullptr) return Status::Ok();
+  for (auto it = decoder->begin(); it != decoder->end(); ++it) {
+    const std::string field = "added_tokens_decoder[\"" + Bounded(it.key(), 64) + "\"]";
+    char* end = nullptr;
+    errno = 0;
+    const long long id = std::strtoll(it.key().c_str(), &end, 10);
+    if (end == it.key().c_str() || *end != '\0' || errno != 0 || id < 0 || id >= t->vocab_size()) {
+      return in.Error(field, "the key must be a token id below the SentencePiece model's size " +
+                                 std::to_string(t->vocab_size()));
     }
-  } else if (tokens.is_object()) {  // tokenizer_config.json's added_tokens_decoder: {"id": {...}}
-    for (auto it = tokens.begin(); it != tokens.end(); ++it) {
-      char* end = nullptr;
-      long id = std::strtol(it.key().c_str(), &end, 10);
-      if (end == it.key().c_str() || *end != '\0' || !it->is_object()) continue;
-      TokenizerLoader::AddToken(t, JsonString(*it, "content"), static_cast<int32_t>(id),
-                                it->value("special", false));
-    }
+    if (!it->is_object()) return in.WrongType(field, "an object", *it);
+    SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<std::string> content,
+                               in.String(*it, "content", field));
+    SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<bool> special, in.Bool(*it, "special", field));
+    TokenizerLoader::AddToken(t, content.value_or(""), static_cast<int32_t>(id),
+                              special.value_or(false));
   }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -59,25 +65,33 @@ StatusOr<std::unique_ptr<Tokenizer>> TokenizerLoader::FromSentencePieceDirectory
   for (int32_t id = 0; id < sp.size(); ++id) {
     if (sp.IsSpecialPiece(id)) AddToken(t.get(), std::string(sp.TokenText(id)), id, true);
   }
-  if (tokenizer_json.is_object())
-    AddTokensFrom(t.get(), tokenizer_json.value("added_tokens", json()));
+  if (tokenizer_json.is_object()) {
+    // Added tokens past the SentencePiece model have no id this tokenizer can
+    // produce: refused rather than silently dropped.
+    SNAPSERVE_ASSIGN_OR_RETURN(const std::vector<AddedTokenEntry> added,
+                               ReadAddedTokens(JsonReader(dir + "/tokenizer.json"), tokenizer_json,
+                                               t->vocab_size(), "the SentencePiece model's size"));
+    for (const AddedTokenEntry& a : added) AddToken(t.get(), a.content, a.id, a.special);
+  }
 
-  SNAPSERVE_ASSIGN_OR_RETURN(const json config, ReadJson(dir + "/tokenizer_config.json", false));
+  const std::string config_path = dir + "/tokenizer_config.json";
+  SNAPSERVE_ASSIGN_OR_RETURN(const json config, ReadJson(config_path, false));
+  const JsonReader in(config_path);
   const json& cfg = config.is_object() ? config : json::object();
-  AddTokensFrom(t.get(), cfg.value("added_tokens_decoder", json()));
+  SNAPSERVE_RETURN_IF_ERROR(AddTokensFromDecoder(t.get(), in, cfg));
 
   int32_t bos = sp.bos_id(), eos = sp.eos_id();
-  if (std::string s = TokenContent(cfg, "bos_token"); !s.empty()) bos = t->model_->Find(s);
-  if (std::string s = TokenContent(cfg, "eos_token"); !s.empty()) eos = t->model_->Find(s);
-  auto flag = [&](const char* key, bool fallback) {
-    auto it = cfg.find(key);
-    return it != cfg.end() && it->is_boolean() ? it->get<bool>() : fallback;
-  };
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::string bos_text, TokenContent(in, cfg, "bos_token"));
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::string eos_text, TokenContent(in, cfg, "eos_token"));
+  if (!bos_text.empty()) bos = t->model_->Find(bos_text);
+  if (!eos_text.empty()) eos = t->model_->Find(eos_text);
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<bool> add_bos, in.Bool(cfg, "add_bos_token", ""));
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<bool> add_eos, in.Bool(cfg, "add_eos_token", ""));
   std::vector<int32_t> prefix, suffix;
-  if (flag("add_bos_token", true) && bos >= 0) prefix.push_back(bos);
-  if (flag("add_eos_token", false) && eos >= 0) suffix.push_back(eos);
+  if (add_bos.value_or(true) && bos >= 0) prefix.push_back(bos);
+  if (add_eos.value_or(false) && eos >= 0) suffix.push_back(eos);
   SetSpecialIds(t.get(), bos, eos, std::move(prefix), std::move(suffix));
-  SetChatTemplateFromDirectory(t.get(), dir, cfg);
+  SNAPSERVE_RETURN_IF_ERROR(SetChatTemplateFromDirectory(t.get(), dir, in, cfg));
   return t;
 }
 

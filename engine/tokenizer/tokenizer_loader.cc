@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/common/bounded_text.h"
 #include "engine/model/gguf_file.h"
 #include "engine/tokenizer/bpe_model.h"
 #include "engine/tokenizer/tokenizer_loader.h"
@@ -53,21 +54,32 @@ void TokenizerLoader::SetChatTemplate(Tokenizer* t, const std::string& jinja) {
   }
 }
 
-void TokenizerLoader::SetChatTemplateFromDirectory(Tokenizer* t, const std::string& dir,
-                                                   const json& cfg) {
+Status TokenizerLoader::SetChatTemplateFromDirectory(Tokenizer* t, const std::string& dir,
+                                                     const JsonReader& in, const json& cfg) {
   std::string jinja;
-  if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
-    jinja = cfg["chat_template"].get<std::string>();
-  } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
-    for (const json& named : cfg["chat_template"]) {
-      if (JsonString(named, "name") == "default") jinja = JsonString(named, "template");
+  const auto it = cfg.find("chat_template");
+  if (it != cfg.end() && it->is_string()) {
+    jinja = it->get<std::string>();
+  } else if (it != cfg.end() && it->is_array()) {
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& named = (*it)[i];
+      const std::string field = "chat_template[" + std::to_string(i) + "]";
+      if (!named.is_object()) return in.WrongType(field, "an object {name, template}", named);
+      SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<std::string> name,
+                                 in.String(named, "name", field));
+      SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<std::string> text,
+                                 in.String(named, "template", field));
+      if (name == "default") jinja = text.value_or("");
     }
-  } else if (std::ifstream in(dir + "/chat_template.jinja"); in) {
+  } else if (it != cfg.end() && !it->is_null()) {
+    return in.WrongType("chat_template", "a string or an array of {name, template}", *it);
+  } else if (std::ifstream file(dir + "/chat_template.jinja"); file) {
     std::stringstream buf;
-    buf << in.rdbuf();
+    buf << file.rdbuf();
     jinja = buf.str();
   }
   if (!jinja.empty()) SetChatTemplate(t, jinja);
+  return Status::Ok();
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& gguf) {
@@ -89,7 +101,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& 
         "tokenizer.model");
   }
   if (*model != "gpt2") {
-    return Status::Unimplemented(gguf.path() + ": tokenizer model '" + *model +
+    return Status::Unimplemented(gguf.path() + ": tokenizer model '" + Bounded(*model) +
                                  "' is not supported (only byte-level BPE, 'gpt2')");
   }
   std::optional<std::vector<std::string>> tokens = gguf.GetStringArray("tokenizer.ggml.tokens");
@@ -101,7 +113,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& 
   merges.reserve(merge_lines->size());
   for (const std::string& line : *merge_lines) {
     size_t space = line.find(' ', 1);  // as llama.cpp: a token may start with ' '
-    if (space == std::string::npos) return error("bad merge '" + line + "'");
+    if (space == std::string::npos) return error("bad merge '" + Bounded(line) + "'");
     merges.emplace_back(line.substr(0, space), line.substr(space + 1));
   }
   std::string pre_name = gguf.GetString("tokenizer.ggml.pre").value_or("default");
@@ -152,6 +164,7 @@ StatusOr<json> ReadJson(const std::string& path, bool required) {
   buf << in.rdbuf();
   json j = json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::InvalidArgument(path + ": not valid JSON");
+  if (!j.is_object()) return JsonReader(path).WrongType("top level", "an object", j);
   return j;
 }
 
@@ -160,15 +173,57 @@ std::string JsonString(const json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-std::string TokenContent(const json& config, const char* key) {
-  auto it = config.find(key);
-  if (it == config.end()) return "";
+StatusOr<std::string> TokenContent(const JsonReader& in, const json& config, const char* key) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return std::string();
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object()) return JsonString(*it, "content");
-  return "";
+  if (!it->is_object()) {
+    return in.WrongType(key, "a string or an object with a \"content\" string", *it);
+  }
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<std::string> content,
+                             in.String(*it, "content", key));
+  return content.value_or("");
+}
+
+StatusOr<std::vector<AddedTokenEntry>> ReadAddedTokens(const JsonReader& in, const json& tokenizer,
+                                                       int64_t limit, std::string_view limit_name) {
+  std::vector<AddedTokenEntry> out;
+  SNAPSERVE_ASSIGN_OR_RETURN(const json* added, in.Array(tokenizer, "added_tokens", ""));
+  if (added == nullptr) return out;
+  for (size_t i = 0; i < added->size(); ++i) {
+    const json& a = (*added)[i];
+    const std::string field = "added_tokens[" + std::to_string(i) + "]";
+    if (!a.is_object()) return in.WrongType(field, "an object", a);
+    const auto id = a.find("id");
+    if (id == a.end()) return in.Error(field + ".id", "missing");
+    SNAPSERVE_ASSIGN_OR_RETURN(const int32_t checked,
+                               in.TokenId(*id, field + ".id", limit, limit_name));
+    SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<std::string> content,
+                               in.String(a, "content", field));
+    if (!content) return in.Error(field + ".content", "missing");
+    SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<bool> special, in.Bool(a, "special", field));
+    out.push_back({checked, *content, special.value_or(false)});
+  }
+  return out;
+}
+
+std::optional<int64_t> ModelVocabSize(const std::string& dir) {
+  std::ifstream in(dir + "/config.json");
+  if (!in) return std::nullopt;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const json config = json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return std::nullopt;
+  const auto it = config.find("vocab_size");
+  if (it == config.end() || !it->is_number_integer() || it->get<int64_t>() <= 0)
+    return std::nullopt;
+  return it->get<int64_t>();
 }
 
 namespace {
+
+// The byte-level BPE runtime's bound on ids (its tables are indexed by id).
+constexpr int64_t kMaxVocabulary = int64_t{1} << 24;
 
 std::string Str(const json& j, const char* key) { return JsonString(j, key); }
 
@@ -181,68 +236,111 @@ bool IsByteLevelBpeJson(const json& tj) {
          Str(decoder, "type") == "ByteLevel";
 }
 
-bool IsByteLevel(const json& p, bool use_regex) {
-  return p.is_object() && Str(p, "type") == "ByteLevel" && !p.value("add_prefix_space", false) &&
-         p.value("use_regex", true) == use_regex;
+// `p` (at `where`) is ByteLevel without a prefix space, with use_regex as given.
+StatusOr<bool> IsByteLevel(const JsonReader& in, const json& p, const std::string& where,
+                           bool use_regex) {
+  if (!p.is_object() || Str(p, "type") != "ByteLevel") return false;
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<bool> prefix,
+                             in.Bool(p, "add_prefix_space", where));
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<bool> regex, in.Bool(p, "use_regex", where));
+  return !prefix.value_or(false) && regex.value_or(true) == use_regex;
 }
 
-StatusOr<PreTokenizerType> DetectPreTokenizer(const json& p) {
-  if (IsByteLevel(p, true)) return PreTokenizerType::kGpt2;
-  if (p.is_object() && Str(p, "type") == "Sequence" && p.contains("pretokenizers")) {
-    const json& seq = p["pretokenizers"];
-    if (seq.size() == 2 && Str(seq[0], "type") == "Digits" &&
-        seq[0].value("individual_digits", false) && IsByteLevel(seq[1], true)) {
-      return PreTokenizerType::kSmolLM;
-    }
-    if (seq.size() == 2 && Str(seq[0], "type") == "Split" && IsByteLevel(seq[1], false) &&
-        seq[0].contains("pattern") && Str(seq[0]["pattern"], "Regex") == kLlama3Pattern &&
-        Str(seq[0], "behavior") == "Isolated" && !seq[0].value("invert", false)) {
-      return PreTokenizerType::kLlama3;
-    }
-  }
-  return Status::Unimplemented("pre_tokenizer " + p.dump() + " is not supported");
-}
-
-// Collects the ids TemplateProcessing puts around a single sequence.
-void TemplateIds(const json& post, std::vector<int32_t>* prefix, std::vector<int32_t>* suffix) {
-  if (!post.is_object()) return;
-  if (Str(post, "type") == "Sequence" && post.contains("processors")) {
-    for (const json& p : post["processors"]) TemplateIds(p, prefix, suffix);
-    return;
-  }
-  if (Str(post, "type") != "TemplateProcessing" || !post.contains("single")) return;
-  bool after = false;
-  for (const json& item : post["single"]) {
-    if (item.contains("Sequence")) {
-      after = true;
-    } else if (item.contains("SpecialToken")) {
-      std::string name = Str(item["SpecialToken"], "id");
-      const json& specials = post.value("special_tokens", json::object());
-      if (!specials.contains(name)) continue;
-      for (const json& id : specials[name].value("ids", json::array())) {
-        (after ? suffix : prefix)->push_back(id.get<int32_t>());
+StatusOr<PreTokenizerType> DetectPreTokenizer(const JsonReader& in, const json& p) {
+  SNAPSERVE_ASSIGN_OR_RETURN(const bool gpt2, IsByteLevel(in, p, "pre_tokenizer", true));
+  if (gpt2) return PreTokenizerType::kGpt2;
+  if (p.is_object() && Str(p, "type") == "Sequence") {
+    SNAPSERVE_ASSIGN_OR_RETURN(const json* seq, in.Array(p, "pretokenizers", "pre_tokenizer"));
+    if (seq != nullptr && seq->size() == 2) {
+      const json& first = (*seq)[0];
+      const std::string first_at = "pre_tokenizer.pretokenizers[0]";
+      const std::string second_at = "pre_tokenizer.pretokenizers[1]";
+      if (Str(first, "type") == "Digits") {
+        SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<bool> individual,
+                                   in.Bool(first, "individual_digits", first_at));
+        SNAPSERVE_ASSIGN_OR_RETURN(const bool byte_level,
+                                   IsByteLevel(in, (*seq)[1], second_at, true));
+        if (individual.value_or(false) && byte_level) return PreTokenizerType::kSmolLM;
+      }
+      if (Str(first, "type") == "Split") {
+        SNAPSERVE_ASSIGN_OR_RETURN(const json* pattern, in.Object(first, "pattern", first_at));
+        SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<bool> invert,
+                                   in.Bool(first, "invert", first_at));
+        SNAPSERVE_ASSIGN_OR_RETURN(const bool byte_level,
+                                   IsByteLevel(in, (*seq)[1], second_at, false));
+        if (pattern != nullptr && Str(*pattern, "Regex") == kLlama3Pattern &&
+            Str(first, "behavior") == "Isolated" && !invert.value_or(false) && byte_level) {
+          return PreTokenizerType::kLlama3;
+        }
       }
     }
   }
+  return Status::Unimplemented("pre_tokenizer " + Bounded(p.dump()) + " is not supported");
+}
+
+// Collects the ids TemplateProcessing (at `where`) puts around a single
+// sequence; each must be below `limit`, the tokenizer's vocabulary size.
+Status TemplateIds(const JsonReader& in, const json& post, const std::string& where, int64_t limit,
+                   std::vector<int32_t>* prefix, std::vector<int32_t>* suffix) {
+  if (post.is_null()) return Status::Ok();
+  if (!post.is_object()) return in.WrongType(where, "an object", post);
+  if (Str(post, "type") == "Sequence") {
+    SNAPSERVE_ASSIGN_OR_RETURN(const json* processors, in.Array(post, "processors", where));
+    for (size_t i = 0; processors != nullptr && i < processors->size(); ++i) {
+      SNAPSERVE_RETURN_IF_ERROR(TemplateIds(in, (*processors)[i],
+                                            where + ".processors[" + std::to_string(i) + "]", limit,
+                                            prefix, suffix));
+    }
+    return Status::Ok();
+  }
+  if (Str(post, "type") != "TemplateProcessing") return Status::Ok();
+  SNAPSERVE_ASSIGN_OR_RETURN(const json* single, in.Array(post, "single", where));
+  SNAPSERVE_ASSIGN_OR_RETURN(const json* specials, in.Object(post, "special_tokens", where));
+  bool after = false;
+  for (size_t i = 0; single != nullptr && i < single->size(); ++i) {
+    const json& item = (*single)[i];
+    const std::string item_at = where + ".single[" + std::to_string(i) + "]";
+    if (!item.is_object()) return in.WrongType(item_at, "an object", item);
+    if (item.contains("Sequence")) {
+      after = true;
+      continue;
+    }
+    SNAPSERVE_ASSIGN_OR_RETURN(const json* special, in.Object(item, "SpecialToken", item_at));
+    if (special == nullptr) continue;
+    const std::string name = Str(*special, "id");
+    if (specials == nullptr || !specials->contains(name)) continue;
+    const json& entry = specials->at(name);
+    const std::string entry_at = where + ".special_tokens[\"" + Bounded(name, 64) + "\"]";
+    if (!entry.is_object()) return in.WrongType(entry_at, "an object", entry);
+    SNAPSERVE_ASSIGN_OR_RETURN(const json* ids, in.Array(entry, "ids", entry_at));
+    for (size_t k = 0; ids != nullptr && k < ids->size(); ++k) {
+      SNAPSERVE_ASSIGN_OR_RETURN(const int32_t id,
+                                 in.TokenId((*ids)[k], entry_at + ".ids[" + std::to_string(k) + "]",
+                                            limit, "the vocabulary size"));
+      (after ? suffix : prefix)->push_back(id);
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromHfDirectory(const std::string& dir) {
+StatusOr<std::unique_ptr<Tokenizer>> TokenizerLoader::FromHfDirectory(const std::string& dir) {
   const std::string path = dir + "/tokenizer.json";
   SNAPSERVE_ASSIGN_OR_RETURN(json tj, ReadJson(path, false));
   // Llama-2 / Mistral-7B-v0.1 directories: their tokenizer.json (if any) is
   // HF's conversion of tokenizer.model; the original runs instead.
   if ((tj.is_null() || !IsByteLevelBpeJson(tj)) &&
       std::filesystem::exists(dir + "/tokenizer.model")) {
-    return TokenizerLoader::FromSentencePieceDirectory(dir, tj);
+    return FromSentencePieceDirectory(dir, tj);
   }
   if (tj.is_null()) {
     return Status::NotFound(path + ": cannot open (and there is no SentencePiece tokenizer.model)");
   }
+  const JsonReader in(path);
   auto error = [&](const std::string& what) { return Status::InvalidArgument(path + ": " + what); };
-  const json& model = tj["model"];
-  if (!model.is_object() || Str(model, "type") != "BPE") {
+  SNAPSERVE_ASSIGN_OR_RETURN(const json* model, in.Object(tj, "model", ""));
+  if (model == nullptr || Str(*model, "type") != "BPE") {
     return Status::Unimplemented(path + ": only BPE models are supported");
   }
   if (tj.contains("normalizer") && !tj["normalizer"].is_null()) {
@@ -252,64 +350,92 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromHfDirectory(const std::strin
   if (!decoder.is_object() || Str(decoder, "type") != "ByteLevel") {
     return Status::Unimplemented(path + ": only the ByteLevel decoder is supported");
   }
-  StatusOr<PreTokenizerType> pre = DetectPreTokenizer(tj.value("pre_tokenizer", json()));
+  StatusOr<PreTokenizerType> pre = DetectPreTokenizer(in, tj.value("pre_tokenizer", json()));
+  if (!pre.ok() && pre.status().code() == StatusCode::kInvalidArgument) return pre.status();
   if (!pre.ok()) return Status(pre.status().code(), path + ": " + pre.status().message());
 
-  // Ids come from the vocab map and from added_tokens (which may lie past it).
-  const json& vocab = model.value("vocab", json::object());
-  const json& added = tj.value("added_tokens", json::array());
+  // Ids come from the vocab map and from added_tokens (which may lie past
+  // it). Every id must have a row in the model's embedding (config.json's
+  // vocab_size, when the directory has one): a larger id would fail only
+  // when a prompt first produces it.
+  const std::optional<int64_t> model_vocab = ModelVocabSize(dir);
+  const int64_t limit = model_vocab.value_or(kMaxVocabulary);
+  const std::string limit_name =
+      model_vocab ? "config.json's vocab_size" : "the largest supported vocabulary";
+  SNAPSERVE_ASSIGN_OR_RETURN(const json* vocab, in.Object(*model, "vocab", "model"));
+  if (vocab == nullptr) return in.Error("model.vocab", "missing");
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::vector<AddedTokenEntry> added,
+                             ReadAddedTokens(in, tj, limit, limit_name));
   int64_t size = 0;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    size = std::max(size, it->get<int64_t>() + 1);
+  std::vector<std::pair<int32_t, std::string>> entries;
+  entries.reserve(vocab->size());
+  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
+    const std::string field = "model.vocab[\"" + Bounded(it.key(), 64) + "\"]";
+    SNAPSERVE_ASSIGN_OR_RETURN(const int32_t id, in.TokenId(*it, field, limit, limit_name));
+    entries.emplace_back(id, it.key());
+    size = std::max<int64_t>(size, id + 1);
   }
-  for (const json& a : added) size = std::max(size, a.value("id", int64_t{-1}) + 1);
-  if (size <= 0 || size > (int64_t{1} << 24)) return error("bad vocabulary size");
+  for (const AddedTokenEntry& a : added) size = std::max<int64_t>(size, a.id + 1);
+  if (size <= 0) return error("bad vocabulary size");
   std::vector<std::string> tokens(static_cast<size_t>(size));
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    int64_t id = it->get<int64_t>();
-    if (id < 0) return error("negative token id");
-    tokens[static_cast<size_t>(id)] = it.key();
-  }
-  for (const json& a : added) {
-    int64_t id = a.value("id", int64_t{-1});
-    if (id >= 0 && tokens[static_cast<size_t>(id)].empty()) {
-      tokens[static_cast<size_t>(id)] = Str(a, "content");
-    }
+  for (auto& [id, text] : entries) tokens[static_cast<size_t>(id)] = std::move(text);
+  for (const AddedTokenEntry& a : added) {
+    if (tokens[static_cast<size_t>(a.id)].empty()) tokens[static_cast<size_t>(a.id)] = a.content;
   }
   std::vector<std::pair<std::string, std::string>> merges;
-  for (const json& m : model.value("merges", json::array())) {
+  SNAPSERVE_ASSIGN_OR_RETURN(const json* merge_list, in.Array(*model, "merges", "model"));
+  for (size_t i = 0; merge_list != nullptr && i < merge_list->size(); ++i) {
+    const json& m = (*merge_list)[i];
     if (m.is_string()) {
       std::string line = m.get<std::string>();
       size_t space = line.find(' ', 1);
-      if (space == std::string::npos) return error("bad merge '" + line + "'");
+      if (space == std::string::npos) return error("bad merge '" + Bounded(line) + "'");
       merges.emplace_back(line.substr(0, space), line.substr(space + 1));
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     } else {
-      return error("bad merge " + m.dump());
+      return error("bad merge " + Bounded(m.dump()));
     }
   }
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::optional<bool> ignore_merges,
+                             in.Bool(*model, "ignore_merges", "model"));
   StatusOr<ByteLevelBpe> bpe =
-      ByteLevelBpe::Create(std::move(tokens), merges, model.value("ignore_merges", false));
+      ByteLevelBpe::Create(std::move(tokens), merges, ignore_merges.value_or(false));
   if (!bpe.ok()) return error(bpe.status().message());
   std::unique_ptr<Tokenizer> t =
       TokenizerLoader::Make(std::make_unique<ByteLevelBpeModel>(std::move(bpe).value(), *pre));
-  for (const json& a : added) {
-    TokenizerLoader::AddToken(t.get(), Str(a, "content"), a.value("id", -1),
-                              a.value("special", false));
+  for (const AddedTokenEntry& a : added) {
+    TokenizerLoader::AddToken(t.get(), a.content, a.id, a.special);
   }
 
-  SNAPSERVE_ASSIGN_OR_RETURN(const json config, ReadJson(dir + "/tokenizer_config.json", false));
+  const std::string config_path = dir + "/tokenizer_config.json";
+  SNAPSERVE_ASSIGN_OR_RETURN(const json config, ReadJson(config_path, false));
+  const JsonReader config_in(config_path);
   const json& cfg = config.is_object() ? config : json::object();
   int32_t bos = -1, eos = -1;
-  if (std::string s = TokenContent(cfg, "bos_token"); !s.empty()) bos = t->model_->Find(s);
-  if (std::string s = TokenContent(cfg, "eos_token"); !s.empty()) eos = t->model_->Find(s);
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::string bos_text, TokenContent(config_in, cfg, "bos_token"));
+  SNAPSERVE_ASSIGN_OR_RETURN(const std::string eos_text, TokenContent(config_in, cfg, "eos_token"));
+  if (!bos_text.empty()) bos = t->model_->Find(bos_text);
+  if (!eos_text.empty()) eos = t->model_->Find(eos_text);
   std::vector<int32_t> prefix, suffix;
-  TemplateIds(tj.value("post_processor", json()), &prefix, &suffix);
+  SNAPSERVE_RETURN_IF_ERROR(TemplateIds(in, tj.value("post_processor", json()), "post_processor",
+                                        t->vocab_size(), &prefix, &suffix));
   TokenizerLoader::SetSpecialIds(t.get(), bos, eos, std::move(prefix), std::move(suffix));
 
-  TokenizerLoader::SetChatTemplateFromDirectory(t.get(), dir, cfg);
+  SNAPSERVE_RETURN_IF_ERROR(
+      TokenizerLoader::SetChatTemplateFromDirectory(t.get(), dir, config_in, cfg));
   return t;
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromHfDirectory(const std::string& dir) {
+  // Every field is read through JsonReader, which never throws; this is the
+  // backstop for a path that reads JSON some other way: a malformed file must
+  // fail the load with its directory named, never abort the server.
+  try {
+    return TokenizerLoader::FromHfDirectory(dir);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(dir + ": malformed tokenizer files: " + Bounded(e.what()));
+  }
 }
 
 }  // namespace snapserve::tokenizer

@@ -365,6 +365,8 @@ def _bad_requests(pb2):
          INVALID, "stopping.stop"),
         ("stop_sequence_too_long", R(prompt=P, stopping=T(stop=["x" * 257])), INVALID,
          "stopping.stop[0]"),
+        ("empty_stop_sequence", R(prompt=P, stopping=T(stop=["ok", ""])), INVALID,
+         "stopping.stop[1]"),
         ("stop_token_id_eq_vocab", R(prompt=P, stopping=T(stop_token_ids=[2, VOCAB])), INVALID,
          "stopping.stop_token_ids[1]"),
         ("too_many_stop_token_ids", R(prompt=P, stopping=T(stop_token_ids=list(range(257)))),
@@ -388,6 +390,7 @@ BAD_CASE_NAMES = [
     "capacity_below_default_window", "capacity_above_context", "window_uint32_max",
     "unknown_kv_method", "unknown_pooling", "prompt_plus_max_new_over_context",
     "max_new_tokens_over_limit", "too_many_stop_sequences", "stop_sequence_too_long",
+    "empty_stop_sequence",
     "stop_token_id_eq_vocab", "too_many_stop_token_ids", "request_id_too_long",
     "larger_than_kv_cache", "larger_than_kv_cache_uncompressed",
 ]
@@ -413,6 +416,64 @@ def test_bad_request(stub, pb, server, name):
     assert field in streamed.value.details(), streamed.value.details()
 
     assert server.proc.poll() is None
+    check_good_request(stub, pb)
+
+
+def test_echoed_client_strings_are_bounded(stub, pb, server):
+    """A client's strings reach error messages and log lines bounded
+    (engine/common/bounded_text.h): their start, an ellipsis and the length."""
+    pb2 = pb[0]
+    role = "wizard" * 100_000  # 600 kB: under the 1 MiB input bound of CheckInputBytes
+    chat = pb2.ChatMessages(messages=[pb2.ChatMessage(role=role, content="hi")])
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Generate(pb2.GenerateRequest(request_id="bounded-role", messages=chat), timeout=30)
+    details = err.value.details()
+    assert err.value.code() == INVALID and "messages.messages[0].role" in details, details[:300]
+    assert f"({len(role)} bytes)" in details and len(details) < 500, details[:600]
+
+    request_id = "bounded-id-" + "r" * (1 << 20)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Generate(pb2.GenerateRequest(request_id=request_id, prompt=SHORT_PROMPT), timeout=30)
+    assert err.value.code() == INVALID and len(err.value.details()) < 500
+
+    def complete_lines():
+        lines = [line for line in server.logs().splitlines() if "inference_complete" in line]
+        mine = [line for line in lines if '"bounded-role"' in line or '"bounded-id-' in line]
+        return mine if len(mine) == 2 else None
+    lines = wait_for(complete_lines, timeout=5)
+    assert lines, server.logs()[-2000:]
+    for line in lines:
+        assert len(line) < 2000, line[:300]
+    logged_id = json.loads([line for line in lines if '"bounded-id-' in line][0])["request_id"]
+    assert logged_id.startswith("bounded-id-rrrr")
+    assert logged_id.endswith(f"({len(request_id)} bytes)"), logged_id[-40:]
+    check_good_request(stub, pb)
+
+
+def test_huge_input_is_refused_before_tokenizing(stub, pb, info):
+    """Text that cannot fit the context (more than max_context x 128 bytes,
+    engine/request_validation.h) is INVALID_ARGUMENT naming the limit, at once:
+    15 MiB used to be tokenized first (seconds of the gRPC thread's time)."""
+    pb2 = pb[0]
+    limit = info.max_context_length * 128
+    text = ("The quick brown fox jumps over the lazy dog. " * 400_000)[:15 << 20]
+    chat = pb2.ChatMessages(messages=[pb2.ChatMessage(role="user", content=text)])
+    for request, field in [(pb2.GenerateRequest(prompt=text), "prompt"),
+                           (pb2.GenerateRequest(messages=chat), "messages")]:
+        for call in (lambda r: stub.Generate(r, timeout=60),
+                     lambda r: stream_all(stub, r, timeout=60)):
+            start = time.monotonic()
+            with pytest.raises(grpc.RpcError) as err:
+                call(request)
+            elapsed = time.monotonic() - start
+            details = err.value.details()
+            assert err.value.code() == INVALID, details
+            assert details.startswith(field + ":") and str(limit) in details, details
+            assert elapsed < 3, f"{elapsed:.1f} s"
+    # Just under the bound the text is tokenized and refused by the context check.
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Generate(pb2.GenerateRequest(prompt=text[:limit]), timeout=120)
+    assert err.value.code() == INVALID and "stopping.max_new_tokens" in err.value.details()
     check_good_request(stub, pb)
 
 
@@ -621,6 +682,55 @@ def test_deadline_while_queued_and_running_frees_blocks(stub, pb, server, info):
     assert after
     # The server names the cause as the deadline, not a client cancellation.
     assert metric(after, "snapserve_requests_total", {"status": "DEADLINE_EXCEEDED"}) == before + 1
+
+
+# ------------------------------------------------------- engine faults ---
+
+def _vm_size(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise LookupError("no VmSize")
+
+
+def test_internal_error_tells_the_client_only_the_request_id(start_server, model_path, pb):
+    """An engine fault is INTERNAL with a short message naming the request id;
+    the exception text (c10::Error::what(), backtrace included) goes only to
+    the log. The fault: an address-space limit set on the running server
+    leaves prefill (8000 tokens, about 50 MB per MLP activation) unable to
+    allocate; the limit is lifted again and the server keeps serving."""
+    import resource
+    pb2, pb2_grpc = pb
+    server = start_server([f"--model={model_path}", "--kv-cache-memory=512MiB",
+                           "--default-kv-method=none"])
+    request = pb2.GenerateRequest(request_id="prefill-cannot-allocate",
+                                  input_ids=pb2.TokenIds(ids=[42] * 8000),
+                                  stopping=pb2.StoppingCriteria(max_new_tokens=1))
+    with grpc.insecure_channel(server.target) as channel:
+        stub = pb2_grpc.GenerationStub(channel)
+        check_good_request(stub, pb)
+        unlimited = resource.prlimit(server.pid, resource.RLIMIT_AS)
+        resource.prlimit(server.pid, resource.RLIMIT_AS,
+                         (_vm_size(server.pid) + (32 << 20), unlimited[1]))
+        try:
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Generate(request, timeout=120)
+        finally:
+            resource.prlimit(server.pid, resource.RLIMIT_AS, unlimited)
+        assert err.value.code() == grpc.StatusCode.INTERNAL, err.value.details()
+        assert err.value.details() == ("internal error in request prefill-cannot-allocate; "
+                                       "the details are in the server log")
+        check_good_request(stub, pb)
+
+    def log_line():
+        for line in server.logs().splitlines():
+            if '"prefill-cannot-allocate"' in line and "inference_complete" in line:
+                return json.loads(line)
+        return None
+    line = wait_for(log_line, timeout=5)
+    assert line and line["status"] == "INTERNAL", server.logs()[-2000:]
+    assert line["error"].startswith("prefill failed: ") and "alloc" in line["error"], line["error"]
 
 
 # ------------------------------------------------------------ SIGTERM ---

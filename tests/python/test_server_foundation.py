@@ -1,9 +1,12 @@
 """The `snapserve` process as a platform would run it: health, reflection,
 metrics, flags and environment variables, clean SIGTERM. Real grpcio clients."""
+import json
 import os
 import signal
+import socket
 import subprocess
 import time
+import warnings
 
 import grpc
 import pytest
@@ -30,8 +33,9 @@ METRIC_NAMES = [
 def test_help_lists_every_flag_with_its_environment_variable():
     out = subprocess.run([str(SNAPSERVE), "--help"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0
-    for flag in ["--model", "--port", "--metrics-port", "--kv-cache-memory", "--max-queue",
-                 "--shutdown-grace", "--tls-cert", "--snapkv-capacity", "--snapkv-window"]:
+    for flag in ["--model", "--port", "--metrics-port", "--metrics-host", "--kv-cache-memory",
+                 "--max-queue", "--shutdown-grace", "--tls-cert", "--snapkv-capacity",
+                 "--snapkv-window"]:
         assert flag + "=" in out.stdout, flag
     assert "SNAPSERVE_KV_CACHE_MEMORY" in out.stdout
 
@@ -88,6 +92,77 @@ def test_health_reflection_metrics(start_server, model_path, pb):
     text = scrape(server.metrics_port)
     for name in METRIC_NAMES:
         assert f"# TYPE {name} " in text, name
+
+
+def _log_events(server, name):
+    return [json.loads(line) for line in server.logs().splitlines()
+            if line.startswith("{") and json.loads(line).get("event") == name]
+
+
+def _non_loopback_ipv4():
+    """An IPv4 address of this machine that is not loopback, or None. The UDP
+    connect only picks the route's source address; nothing is sent."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            address = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def _can_connect(host, port):
+    try:
+        with socket.create_connection((host, port), timeout=3):
+            return True
+    except OSError:
+        return False
+
+
+def test_metrics_listen_on_the_grpc_host_unless_metrics_host_says(start_server, model_path):
+    # The test kit starts every server with --host=127.0.0.1. /metrics used to
+    # bind 0.0.0.0 whatever --host said, exposing it on every interface.
+    loopback = start_server([f"--model={model_path}"])
+    assert [e["address"] for e in _log_events(loopback, "metrics_listening")] == \
+        [f"127.0.0.1:{loopback.metrics_port}"]
+    assert "snapserve_requests_total" in scrape(loopback.metrics_port)
+    everywhere = start_server([f"--model={model_path}"],
+                              env={"SNAPSERVE_METRICS_HOST": "0.0.0.0"})
+    assert [e["address"] for e in _log_events(everywhere, "metrics_listening")] == \
+        [f"0.0.0.0:{everywhere.metrics_port}"]
+    outside = _non_loopback_ipv4()
+    if outside is None:
+        warnings.warn("no non-loopback IPv4 address on this machine: the check that "
+                      "127.0.0.1-only /metrics is unreachable from outside did not run")
+        return
+    assert not _can_connect(outside, loopback.metrics_port), outside
+    assert _can_connect(outside, everywhere.metrics_port), outside  # the check can see a listener
+
+
+def _raw_http(port, request):
+    """Everything the server sends back for `request` until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request.encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return data
+
+
+def test_metrics_head_has_the_headers_and_no_body(start_server, model_path):
+    server = start_server([f"--model={model_path}"])
+    get = _raw_http(server.metrics_port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = _raw_http(server.metrics_port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    get_headers, get_body = get.split(b"\r\n\r\n", 1)
+    head_headers, head_body = head.split(b"\r\n\r\n", 1)
+    assert head_headers.startswith(b"HTTP/1.1 200 ")
+    assert b"Content-Type: text/plain; version=0.0.4" in head_headers
+    assert b"Content-Length: " in head_headers
+    assert head_body == b"", head_body[:200]
+    assert len(get_body) > 1000 and b"snapserve_requests_total" in get_body
+    for path in ("/healthz", "/nowhere"):
+        answer = _raw_http(server.metrics_port, f"HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.endswith(b"\r\n\r\n"), answer
 
 
 def test_environment_variables_configure_the_server(start_server, model_path):

@@ -195,3 +195,147 @@ def test_hf_directory_llama3_rules(torch_ops, tmp_path, oracle):
     assert list(torch_ops.tokenizer_info(path))[1:] == [0, -1, 1]
     mismatches = [s for s in CORPUS if list(torch_ops.tokenize(path, s, True)) != tok.encode(s).ids]
     assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:3]!r}"
+
+
+# ---- malformed Hugging Face files fail the server start cleanly -------------
+# A wrong JSON type anywhere in tokenizer.json / tokenizer_config.json /
+# config.json once escaped as nlohmann::json::type_error and aborted the
+# server (SIGABRT); special-token ids outside the vocabulary were accepted and
+# failed only when a prompt produced them. Each case must end the process with
+# a non-zero exit code (not a signal) and a startup_failed line naming the
+# file and the field.
+
+SMOLLM_POST = {"type": "TemplateProcessing",
+               "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                          {"Sequence": {"id": "A", "type_id": 0}}],
+               "pair": [], "special_tokens": {"<|endoftext|>": {
+                   "id": "<|endoftext|>", "ids": [0], "tokens": ["<|endoftext|>"]}}}
+
+
+def _set(path, value):
+    """A mutation that sets data[path[0]][path[1]]... to `value`."""
+    def mutate(data):
+        for key in path[:-1]:
+            data = data[key]
+        data[path[-1]] = value
+    return mutate
+
+
+def _first_vocab_entry_as_string(data):
+    vocab = data["model"]["vocab"]
+    key = next(iter(vocab))
+    vocab[key] = str(vocab[key])
+
+
+def _post_processor_ids(ids):
+    def mutate(data):
+        post = json.loads(json.dumps(SMOLLM_POST))
+        post["special_tokens"]["<|endoftext|>"]["ids"] = ids
+        data["post_processor"] = post
+    return mutate
+
+
+# (case, file, mutation of its parsed JSON (or the new top level), words the error must hold)
+BAD_HF_FILES = [
+    ("tokenizer_top_level_array", "tokenizer.json", lambda d: [], ["top level", "array"]),
+    ("vocab_array", "tokenizer.json",
+     lambda d: d["model"].__setitem__("vocab", list(d["model"]["vocab"])[:10]),
+     ["model.vocab", "expected an object"]),
+    ("vocab_id_string", "tokenizer.json", _first_vocab_entry_as_string, ["model.vocab[", "string"]),
+    ("model_number", "tokenizer.json", _set(["model"], 7), ["model", "expected an object"]),
+    ("added_tokens_object", "tokenizer.json", _set(["added_tokens"], {}),
+     ["added_tokens", "expected an array"]),
+    ("added_token_id_string", "tokenizer.json", _set(["added_tokens", 0, "id"], "0"),
+     ["added_tokens[0].id", "string"]),
+    ("added_token_number", "tokenizer.json", _set(["added_tokens", 0], 5),
+     ["added_tokens[0]", "expected an object"]),
+    ("added_token_id_past_model_vocab", "tokenizer.json", _set(["added_tokens", 0, "id"], 49152),
+     ["added_tokens[0].id", "outside the vocabulary", "vocab_size 49152"]),
+    ("merges_object", "tokenizer.json", _set(["model", "merges"], {"a": "b"}),
+     ["model.merges", "expected an array"]),
+    ("ignore_merges_number", "tokenizer.json", _set(["model", "ignore_merges"], 1),
+     ["model.ignore_merges"]),
+    ("pre_tokenizer_flag_string", "tokenizer.json",
+     _set(["pre_tokenizer", "pretokenizers", 1, "add_prefix_space"], "no"),
+     ["pre_tokenizer.pretokenizers[1].add_prefix_space"]),
+    ("post_processor_array", "tokenizer.json", _set(["post_processor"], []),
+     ["post_processor", "expected an object"]),
+    ("post_processor_id_outside_vocab", "tokenizer.json", _post_processor_ids([999999]),
+     ["post_processor.special_tokens", "999999", "outside the vocabulary"]),
+    ("post_processor_id_string", "tokenizer.json", _post_processor_ids(["0"]),
+     ["post_processor.special_tokens", "ids[0]", "string"]),
+    ("config_top_level_array", "tokenizer_config.json", lambda d: [1, 2], ["top level"]),
+    ("bos_token_number", "tokenizer_config.json", _set(["bos_token"], 1), ["bos_token"]),
+    ("bos_token_content_number", "tokenizer_config.json", _set(["bos_token"], {"content": 1}),
+     ["bos_token.content"]),
+    ("chat_template_number", "tokenizer_config.json", _set(["chat_template"], 3),
+     ["chat_template"]),
+    ("chat_template_list_of_numbers", "tokenizer_config.json", _set(["chat_template"], [3]),
+     ["chat_template[0]"]),
+    ("model_config_top_level_array", "config.json", lambda d: [], ["top level"]),
+    ("model_config_vocab_string", "config.json", _set(["vocab_size"], "49152"), ["vocab_size"]),
+    ("model_config_rope_parameters_array", "config.json", _set(["rope_parameters"], [1]),
+     ["rope_parameters", "must be an object"]),
+]
+
+
+@pytest.fixture(scope="module")
+def hf_model_dir(tmp_path_factory, hf_converted, oracle):
+    """A tiny random Llama with the default model's vocabulary (49152 ids) and
+    its tokenizer files (the oracle's tokenizer.json, SmolLM2's
+    tokenizer_config.json fields): cheap to load, so each bad case costs
+    little more than a process start."""
+    import torch
+    import transformers
+    d = tmp_path_factory.mktemp("hf_smollm_tokenizer")
+    torch.manual_seed(5)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2,
+                                      vocab_size=49152, max_position_embeddings=512,
+                                      bos_token_id=1, eos_token_id=2)
+    transformers.LlamaForCausalLM(config).save_pretrained(d, safe_serialization=True)
+    oracle.save(str(d / "tokenizer.json"))
+    data = json.loads((d / "tokenizer.json").read_text())
+    data["post_processor"] = SMOLLM_POST  # a TemplateProcessing to break below
+    (d / "tokenizer.json").write_text(json.dumps(data))
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<|im_start|>", "eos_token": {"content": "<|im_end|>"},
+        "chat_template": hf_converted.chat_template}))
+    return d
+
+
+def test_hf_model_dir_serves(hf_model_dir, start_server, pb):
+    """The unmutated directory starts: the failures below are the mutations'."""
+    import grpc
+    pb2, pb2_grpc = pb
+    server = start_server([f"--model={hf_model_dir}", "--kv-cache-memory=16MiB",
+                           "--default-kv-method=none"])
+    with grpc.insecure_channel(server.target) as ch:
+        ids = pb2_grpc.GenerationStub(ch).Tokenize(
+            pb2.TokenizeRequest(text="hello", add_special_tokens=True), timeout=10).ids
+    assert list(ids)[0] == 0  # the post-processor's <|endoftext|>
+
+
+@pytest.mark.parametrize("case", [c[0] for c in BAD_HF_FILES])
+def test_bad_hf_file_fails_the_start_cleanly(case, hf_model_dir, tmp_path, build_dir):
+    import shutil
+    import subprocess
+    (_, name, mutate, words), = [c for c in BAD_HF_FILES if c[0] == case]
+    d = tmp_path / "model"
+    shutil.copytree(hf_model_dir, d)
+    data = json.loads((d / name).read_text())
+    replaced = mutate(data)
+    (d / name).write_text(json.dumps(data if replaced is None else replaced))
+    out = subprocess.run([str(build_dir / "server" / "snapserve"), f"--model={d}", "--port=0",
+                          "--metrics-port=0", "--kv-cache-memory=16MiB",
+                          "--default-kv-method=none"],
+                         capture_output=True, text=True, timeout=60)
+    log = out.stdout + out.stderr
+    assert out.returncode > 0, f"exit {out.returncode} (a negative code is a signal):\n{log[-3000:]}"
+    failed = [json.loads(line) for line in log.splitlines()
+              if line.startswith("{") and '"startup_failed"' in line]
+    assert len(failed) == 1, log[-3000:]
+    error = failed[0]["error"]
+    assert f"{d}/{name}" in error, error
+    for word in words:
+        assert word in error, (word, error)

@@ -23,7 +23,7 @@ TEST(RequestConversionTest, StatusCodesMapAndNameOnce) {
     const grpc::Status g = ToGrpc(c == StatusCode::kOk ? Status::Ok() : Status(c, "why"));
     // The gRPC code's name is the engine code's name: one table.
     EXPECT_EQ(GrpcCodeName(g.error_code()), status_code_name(c));
-    if (c != StatusCode::kOk) {
+    if (c != StatusCode::kOk && c != StatusCode::kInternal) {
       EXPECT_EQ(g.error_message(), "why");
     }
   }
@@ -32,6 +32,26 @@ TEST(RequestConversionTest, StatusCodesMapAndNameOnce) {
   EXPECT_EQ(GrpcCodeName(grpc::StatusCode::DEADLINE_EXCEEDED), "DEADLINE_EXCEEDED");
   EXPECT_EQ(GrpcCodeName(grpc::StatusCode::ABORTED), "UNKNOWN");  // not an engine code
   EXPECT_EQ(GrpcCodeName(grpc::StatusCode::UNKNOWN), "UNKNOWN");
+}
+
+TEST(RequestConversionTest, InternalErrorsGiveTheClientOnlyTheRequestId) {
+  // What a c10::Error from a failed prefill looks like: text, then a backtrace.
+  const std::string detail =
+      "prefill failed: index out of range in self\nException raised from operator() at "
+      "aten/src/ATen/native/TensorAdvancedIndexing.cpp:1189 (most recent call first):\n"
+      "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98";
+  const grpc::Status g = ToGrpc(Status::Internal(detail), "req-7");
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(g.error_message(),
+            "internal error in request req-7; the details are in the server log");
+  EXPECT_EQ(ToGrpc(Status::Internal(detail)).error_message(),
+            "internal error; the details are in the server log");
+  // A client's huge id stays bounded here too.
+  EXPECT_LT(ToGrpc(Status::Internal(detail), std::string(1 << 20, 'r')).error_message().size(),
+            400u);
+  // Other codes keep their message: it is the client's to act on.
+  EXPECT_EQ(ToGrpc(Status::InvalidArgument("prompt: must not be empty"), "req-7").error_message(),
+            "prompt: must not be empty");
 }
 
 TEST(RequestConversionTest, KvCompressionEnums) {

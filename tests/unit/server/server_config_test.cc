@@ -162,6 +162,20 @@ TEST(ServerConfigTest, MaxStepTokensFlagAndEnvironment) {
   EXPECT_TRUE(Parse({"--prefill-chunk-tokens=512"}).exit);
 }
 
+TEST(ServerConfigTest, MetricsHostFollowsHostUnlessGiven) {
+  EXPECT_EQ(Parse({}).config.metrics_host, "0.0.0.0");
+  EXPECT_EQ(Parse({"--host=127.0.0.1"}).config.metrics_host, "127.0.0.1");
+  EXPECT_EQ(
+      Parse({"--host=127.0.0.1"}, {{"SNAPSERVE_METRICS_HOST", "0.0.0.0"}}).config.metrics_host,
+      "0.0.0.0");
+  EXPECT_EQ(
+      Parse({"--metrics-host=::1"}, {{"SNAPSERVE_METRICS_HOST", "0.0.0.0"}}).config.metrics_host,
+      "::1");
+  ParseResult bad = Parse({"--metrics-host="});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.message.find("--metrics-host"), std::string::npos) << bad.message;
+}
+
 TEST(ServerConfigTest, DashesUnderscoresAndSeparateValues) {
   ParseResult r = Parse({"--kv-cache-memory=512MiB", "--max_queue", "7", "--model", "/m.gguf"});
   ASSERT_FALSE(r.exit) << r.message;
@@ -191,6 +205,19 @@ TEST(ServerConfigTest, BadValuesNameTheFlag) {
   r = Parse({"--snapkv-window=32", "--snapkv-capacity=32"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.message.find("--snapkv-window"), std::string::npos) << r.message;
+}
+
+TEST(ServerConfigTest, BadValuesAreEchoedBounded) {
+  const std::string huge(100000, '9');
+  ParseResult r = Parse({"--port=" + huge});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.message.find("--port"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("(100000 bytes)"), std::string::npos) << r.message;
+  EXPECT_LT(r.message.size(), 400u);
+  r = Parse({}, {{"SNAPSERVE_DEVICE", huge}});
+  EXPECT_LT(r.message.size(), 400u);
+  r = Parse({"--" + huge + "=1"});
+  EXPECT_LT(r.message.size(), 400u);
 }
 
 TEST(ServerConfigTest, HelpExitsZero) {

@@ -1,5 +1,6 @@
-"""Summarizes one side-by-side run of the peers harness (../shared/peers/:
-snapserve, llama.cpp, vLLM on the same machine, model and threads, W1-W3) into
+"""Summarizes one side-by-side run of the team's peers harness (kept outside
+the repository; docs/testing-and-measuring.md: snapserve, llama.cpp, vLLM on
+the same machine, model and threads, workloads W1-W3) into
 bench/results/peers_<tag>.json: per configuration the medians over reps of
 each figure, and snapserve / peer ratios (>1: snapserve better; for latencies
 the ratio is peer / snapserve).

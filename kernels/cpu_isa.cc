@@ -5,14 +5,28 @@
 #include <cstdlib>
 #include <string_view>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace snapserve::kernels {
 
 namespace {
 
+#if defined(__x86_64__)
+// F16C (half <-> float conversion), used by the quantized kernels for block
+// scales. Read from CPUID: GCC 12's __builtin_cpu_supports("f16c") answers 0
+// even on CPUs that have it.
+bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 CpuIsa detect() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
   if (avx2 && __builtin_cpu_supports("avx512f")) return CpuIsa::kAvx512;
   if (avx2) return CpuIsa::kAvx2;
 #endif

@@ -11,8 +11,8 @@ namespace snapserve::kernels {
 
 enum class CpuIsa {
   kPortable,  // plain C++
-  kAvx2,      // AVX2 + FMA
-  kAvx512,    // AVX-512F (+ AVX2 + FMA)
+  kAvx2,      // AVX2 + FMA + F16C
+  kAvx512,    // AVX-512F (+ AVX2 + FMA + F16C)
 };
 
 CpuIsa cpu_isa();

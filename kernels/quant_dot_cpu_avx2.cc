@@ -18,7 +18,8 @@ namespace snapserve::kernels::cpu {
 
 namespace {
 
-#define SNAPSERVE_AVX2_INT __attribute__((target("avx2")))
+// F16C: the block scales are halves (every AVX2 path of cpu_isa.h has it).
+#define SNAPSERVE_AVX2_INT __attribute__((target("avx2,f16c")))
 
 constexpr int64_t kRowsPerGroup = 4;
 
@@ -44,38 +45,52 @@ struct Unpacked {
   float d, m;
 };
 
-SNAPSERVE_AVX2_INT inline Unpacked unpack(QuantType type, const uint8_t* b) {
+SNAPSERVE_AVX2_INT inline float half_f16c(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return _cvtsh_ss(bits);  // exact, the same value as dot_half_at
+}
+
+template <QuantType kType>
+SNAPSERVE_AVX2_INT inline Unpacked unpack_as(const uint8_t* b) {
   Unpacked u;
-  u.d = dot_half_at(b);
+  u.d = half_f16c(b);
   u.m = 0.0f;
-  switch (type) {
-    case QuantType::kQ8_0:
-      u.v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-      break;
-    case QuantType::kQ4_0:
-      u.v = _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8));
-      break;
-    case QuantType::kQ4_1:
-      u.m = dot_half_at(b + 2);
-      u.v = nibbles(b + 4);
-      break;
-    case QuantType::kQ5_0: {
-      uint32_t qh;
-      std::memcpy(&qh, b + 2, 4);
-      const __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
-      u.v = _mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth), _mm256_set1_epi8(16));
-      break;
-    }
-    default: {  // kQ5_1
-      uint32_t qh;
-      u.m = dot_half_at(b + 2);
-      std::memcpy(&qh, b + 4, 4);
-      const __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
-      u.v = _mm256_or_si256(nibbles(b + 8), fifth);
-      break;
-    }
+  if constexpr (kType == QuantType::kQ8_0) {
+    u.v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+  } else if constexpr (kType == QuantType::kQ4_0) {
+    u.v = _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8));
+  } else if constexpr (kType == QuantType::kQ4_1) {
+    u.m = half_f16c(b + 2);
+    u.v = nibbles(b + 4);
+  } else if constexpr (kType == QuantType::kQ5_0) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    const __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
+    u.v = _mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth), _mm256_set1_epi8(16));
+  } else {  // kQ5_1
+    uint32_t qh;
+    u.m = half_f16c(b + 2);
+    std::memcpy(&qh, b + 4, 4);
+    const __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
+    u.v = _mm256_or_si256(nibbles(b + 8), fifth);
   }
   return u;
+}
+
+SNAPSERVE_AVX2_INT inline Unpacked unpack(QuantType type, const uint8_t* b) {
+  switch (type) {
+    case QuantType::kQ8_0:
+      return unpack_as<QuantType::kQ8_0>(b);
+    case QuantType::kQ4_0:
+      return unpack_as<QuantType::kQ4_0>(b);
+    case QuantType::kQ4_1:
+      return unpack_as<QuantType::kQ4_1>(b);
+    case QuantType::kQ5_0:
+      return unpack_as<QuantType::kQ5_0>(b);
+    default:
+      return unpack_as<QuantType::kQ5_1>(b);
+  }
 }
 
 // Weight rows [r_begin, r_end) against activation rows [i0, i0 + rows).
@@ -115,46 +130,11 @@ SNAPSERVE_AVX2_INT void rows_group(const QuantMatrix& w, const QuantizedRows& xq
 // unpacking has no branch and the accumulators stay in registers. Every
 // output gets the same operations in the same order as rows_group (and the
 // portable path): only which outputs share a loop differs.
-#define SNAPSERVE_AVX2_F16C __attribute__((target("avx2,f16c")))
-
-SNAPSERVE_AVX2_F16C inline float half_f16c(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return _cvtsh_ss(bits);  // exact, the same value as dot_half_at
-}
-
-template <QuantType kType>
-SNAPSERVE_AVX2_F16C inline Unpacked unpack_as(const uint8_t* b) {
-  Unpacked u;
-  u.d = half_f16c(b);
-  u.m = 0.0f;
-  if constexpr (kType == QuantType::kQ8_0) {
-    u.v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-  } else if constexpr (kType == QuantType::kQ4_0) {
-    u.v = _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8));
-  } else if constexpr (kType == QuantType::kQ4_1) {
-    u.m = half_f16c(b + 2);
-    u.v = nibbles(b + 4);
-  } else if constexpr (kType == QuantType::kQ5_0) {
-    uint32_t qh;
-    std::memcpy(&qh, b + 2, 4);
-    const __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
-    u.v = _mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth), _mm256_set1_epi8(16));
-  } else {  // kQ5_1
-    uint32_t qh;
-    u.m = half_f16c(b + 2);
-    std::memcpy(&qh, b + 4, 4);
-    const __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
-    u.v = _mm256_or_si256(nibbles(b + 8), fifth);
-  }
-  return u;
-}
-
 constexpr int kQuad = 4;
 
 template <QuantType kType, bool kPair>
-SNAPSERVE_AVX2_F16C void quad_rows(const QuantMatrix& w, const QuantizedRows& xq, int64_t r0,
-                                   int64_t i0, float* out, int64_t n_total) {
+SNAPSERVE_AVX2_INT void quad_rows(const QuantMatrix& w, const QuantizedRows& xq, int64_t r0,
+                                  int64_t i0, float* out, int64_t n_total) {
   constexpr bool kSigned =
       kType == QuantType::kQ8_0 || kType == QuantType::kQ4_0 || kType == QuantType::kQ5_0;
   const int64_t blocks = xq.blocks;
@@ -205,8 +185,8 @@ SNAPSERVE_AVX2_F16C void quad_rows(const QuantMatrix& w, const QuantizedRows& xq
 }
 
 template <QuantType kType>
-SNAPSERVE_AVX2_F16C void quads(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
-                               int64_t r_end, float* out, int64_t n_total) {
+SNAPSERVE_AVX2_INT void quads(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
+                              int64_t r_end, float* out, int64_t n_total) {
   for (int64_t r0 = r_begin; r0 < r_end; r0 += kQuad) {
     for (int64_t i0 = 0; i0 < xq.m; i0 += 2) {
       if (i0 + 1 < xq.m) {

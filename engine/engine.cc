@@ -124,7 +124,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   kc.num_kv_heads = mc.num_kv_heads;
   kc.head_dim = mc.head_dim;
   kc.block_size = options.block_size;
-  kc.dtype = dtype;
+  const Dtype kv_dtype = options.kv_cache_dtype.value_or(default_kv_cache_dtype(options.dtype));
+  kc.dtype = ToScalarType(kv_dtype);
   kc.device = device;
   kc.num_blocks = kv::PagedKvCache::NumBlocksForBudget(kc, options.kv_cache_memory_bytes);
   if (kc.num_blocks <= 0) {
@@ -135,7 +136,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   SNAPSERVE_ASSIGN_OR_RETURN(impl->cache, kv::PagedKvCache::Create(kc));
   log("KV cache: " + std::to_string(kc.num_blocks) + " blocks of " + std::to_string(kc.block_size) +
       " tokens (" + std::to_string(static_cast<int64_t>(kc.num_blocks) * kc.block_size) +
-      " tokens)");
+      " tokens, " + dtype_name(kv_dtype) + ")");
 
   ModelSummary& s = impl->summary;
   s.model_id = options.model_id.empty()
@@ -149,6 +150,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   s.vocab_size = static_cast<uint32_t>(mc.vocab);
   s.max_context_length = static_cast<uint32_t>(mc.max_context);
   s.dtype = options.dtype;
+  s.kv_cache_dtype = kv_dtype;
   s.device = options.device;
   s.default_kv_compression = options.default_kv_compression;
   s.max_new_tokens_limit = static_cast<uint32_t>(options.max_new_tokens_limit);

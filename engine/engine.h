@@ -28,6 +28,10 @@ struct EngineOptions {
   std::string model_path;  // .gguf file or Hugging Face directory
   std::string model_id;    // reported name; default: the file name
   Dtype dtype = Dtype::kFloat32;
+  // Element type of the paged KV cache; unset: default_kv_cache_dtype(dtype).
+  // bfloat16 halves the bytes every decode step reads per cached token and
+  // doubles the tokens kv_cache_memory_bytes holds (docs/kv-cache-and-scheduling.md).
+  std::optional<Dtype> kv_cache_dtype;
   Device device = Device::Cpu();
   // GGUF blocks on CPU at decode: exact (bit-equal to the decoded float32
   // model) or int8 block dot products (faster at batch 1 on CPUs without
@@ -97,6 +101,7 @@ struct ModelSummary {
   uint32_t vocab_size = 0;
   uint32_t max_context_length = 0;
   Dtype dtype = Dtype::kFloat32;
+  Dtype kv_cache_dtype = Dtype::kFloat32;
   Device device;
   KvCompressionConfig default_kv_compression;
   uint32_t max_new_tokens_limit = 0;

@@ -25,8 +25,13 @@ using KvPooling = kernels::PoolingKind;
 // (exact decoding, or int8 block dot products).
 using QuantDot = kernels::QuantDot;
 
-// The model's weights and KV cache dtype.
+// A tensor element type: the model's weights and compute, the KV cache's
+// entries.
 enum class Dtype { kFloat32, kBFloat16, kFloat16 };
+
+// The KV cache dtype when none is chosen: the model's own (float32 keeps the
+// cache exact; a bfloat16 or float16 model's entries are already rounded).
+inline Dtype default_kv_cache_dtype(Dtype model_dtype) { return model_dtype; }
 
 // Where the model runs: the CPU, or a CUDA device (index -1: the current one).
 struct Device {

@@ -4,7 +4,6 @@
 // a running (max, sum, accumulator) triple: online softmax, so memory stays
 // O(block_size) per head whatever the context length. The per-block step is
 // in paged_attention_cpu_block.h (portable here, AVX2 in _avx2.cc).
-#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 
@@ -22,10 +21,12 @@ namespace snapserve::kernels::cpu {
 
 namespace {
 
-// Widens `count` elements to float. For float32 inputs callers skip the copy.
+// Widens `count` cache elements (bfloat16 or float16, as 16-bit words) to
+// float. For float32 caches callers skip the copy.
 template <typename T>
-void to_float(const T* src, int64_t count, float* dst) {
-  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(src[i]);
+void widen_portable(const uint16_t* src, int64_t count, float* dst) {
+  const T* s = reinterpret_cast<const T*>(src);
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(s[i]);
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -92,6 +93,20 @@ FoldBlockFn fold_block_for(int64_t head_dim) {
   return fold_block_portable;
 }
 
+// A 16-bit cache's widening step; nullptr for float32 caches (read in place).
+template <typename T>
+WidenFn widen_for() {
+  const bool simd = cpu_isa() != CpuIsa::kPortable;
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    return simd ? widen_bfloat16_avx2 : widen_portable<T>;
+  } else if constexpr (std::is_same_v<T, c10::Half>) {
+    return simd ? widen_float16_avx2 : widen_portable<T>;
+  } else {
+    static_assert(std::is_same_v<T, float>);
+    return nullptr;
+  }
+}
+
 // T: the cache's element type; Q: the query's and output's (T or float).
 template <typename T, typename Q>
 void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& value_cache,
@@ -113,6 +128,7 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
   Q* out_ptr = out.data_ptr<Q>();
   constexpr bool kIsFloat = std::is_same_v<T, float>;
   const FoldBlockFn fold = fold_block_for(head_dim);
+  const WidenFn widen = widen_for<T>();
 
   at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
     // Per-thread scratch, reused across the (sequence, head) pairs it handles.
@@ -143,8 +159,8 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
           kb = k_ptr + offset;
           vb = v_ptr + offset;
         } else {
-          to_float(k_ptr + offset, n * head_dim, kbuf.data());
-          to_float(v_ptr + offset, n * head_dim, vbuf.data());
+          widen(reinterpret_cast<const uint16_t*>(k_ptr + offset), n * head_dim, kbuf.data());
+          widen(reinterpret_cast<const uint16_t*>(v_ptr + offset), n * head_dim, vbuf.data());
           kb = kbuf.data();
           vb = vbuf.data();
         }
@@ -181,16 +197,27 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
 void paged_decode_attention(const at::Tensor& q, const at::Tensor& key_cache,
                             const at::Tensor& value_cache, const at::Tensor& block_tables,
                             const at::Tensor& context_lens, double scale, at::Tensor& out) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kBFloat16, at::kHalf, key_cache.scalar_type(), "paged_decode_attention_cpu", [&] {
-        if (q.scalar_type() == key_cache.scalar_type()) {
-          run<scalar_t, scalar_t>(q, key_cache, value_cache, block_tables, context_lens,
-                                  static_cast<float>(scale), out);
-        } else {
-          run<scalar_t, float>(q, key_cache, value_cache, block_tables, context_lens,
-                               static_cast<float>(scale), out);
-        }
-      });
+  // The three cache dtypes the dispatcher admits (kernels/checks.h).
+  auto run_for = [&]<typename T>() {
+    if (q.scalar_type() == key_cache.scalar_type()) {
+      run<T, T>(q, key_cache, value_cache, block_tables, context_lens, static_cast<float>(scale),
+                out);
+    } else {
+      run<T, float>(q, key_cache, value_cache, block_tables, context_lens,
+                    static_cast<float>(scale), out);
+    }
+  };
+  switch (key_cache.scalar_type()) {
+    case at::kFloat:
+      return run_for.operator()<float>();
+    case at::kBFloat16:
+      return run_for.operator()<c10::BFloat16>();
+    case at::kHalf:
+      return run_for.operator()<c10::Half>();
+    default:
+      TORCH_CHECK(false, "paged_decode_attention_cpu: unsupported cache dtype ",
+                  key_cache.scalar_type());
+  }
 }
 
 }  // namespace snapserve::kernels::cpu

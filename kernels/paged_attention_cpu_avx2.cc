@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/exp_avx2.h"
 #include "kernels/prefetch.h"
@@ -130,6 +131,30 @@ SNAPSERVE_AVX2 void fold_block_avx2(const HeadGroup& hg, const float* k, const f
   }
 }
 
+// bfloat16 is the top half of a float32: shift each 16-bit value up.
+SNAPSERVE_AVX2 void widen_bfloat16_avx2(const uint16_t* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
+  }
+  for (; i < n; ++i) {
+    const uint32_t bits = uint32_t{src[i]} << 16;
+    std::memcpy(dst + i, &bits, sizeof(bits));
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"))) void widen_float16_avx2(const uint16_t* src, int64_t n,
+                                                                 float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+
 }  // namespace snapserve::kernels::cpu
 
 #else  // not x86-64: cpu_isa() is always kPortable, this is never called
@@ -137,6 +162,8 @@ SNAPSERVE_AVX2 void fold_block_avx2(const HeadGroup& hg, const float* k, const f
 namespace snapserve::kernels::cpu {
 void fold_block_avx2(const HeadGroup&, const float*, const float*, int64_t, float*, const float*,
                      const float*) {}
+void widen_bfloat16_avx2(const uint16_t*, int64_t, float*) {}
+void widen_float16_avx2(const uint16_t*, int64_t, float*) {}
 }  // namespace snapserve::kernels::cpu
 
 #endif

@@ -34,4 +34,11 @@ void fold_block_portable(const HeadGroup& hg, const float* k, const float* v, in
 void fold_block_avx2(const HeadGroup& hg, const float* k, const float* v, int64_t n, float* scores,
                      const float* next_k, const float* next_v);
 
+// dst[i] = float(src[i]) for i < n, for a bfloat16 or float16 cache (both
+// widen exactly). The AVX2 ones need cpu_isa() above kPortable (F16C for
+// float16).
+using WidenFn = void (*)(const uint16_t* src, int64_t n, float* dst);
+void widen_bfloat16_avx2(const uint16_t* src, int64_t n, float* dst);
+void widen_float16_avx2(const uint16_t* src, int64_t n, float* dst);
+
 }  // namespace snapserve::kernels::cpu

@@ -130,6 +130,7 @@ void FillModelInfo(const engine::ModelSummary& s, v1::ModelInfo* out) {
   out->set_max_new_tokens_limit(s.max_new_tokens_limit);
   out->set_max_batch_size(s.max_batch_size);
   out->set_kv_cache_capacity_tokens(s.kv_cache_capacity_tokens);
+  out->set_kv_cache_dtype(engine::dtype_name(s.kv_cache_dtype));
 }
 
 namespace {

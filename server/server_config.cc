@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <sstream>
 
 #include "engine/common/bounded_text.h"
@@ -64,6 +65,16 @@ std::string SetParsed(T& field, StatusOr<T> parsed) {
   if (!parsed.ok()) return parsed.status().message();
   field = *parsed;
   return "";
+}
+
+// The same for a setting whose absence means "derive it" (e.g. the KV cache
+// dtype from the model dtype).
+template <typename T>
+std::string SetParsed(std::optional<T>& field, StatusOr<T> parsed) {
+  T value{};
+  std::string error = SetParsed(value, std::move(parsed));
+  if (error.empty()) field = value;
+  return error;
 }
 
 std::string EnvName(const std::string& flag) {
@@ -134,6 +145,16 @@ const std::vector<FlagSpec>& Flags() {
          return SetParsed(c.engine.dtype, ParseDtype(v));
        },
        [](const ServerConfig& c) { return std::string(engine::dtype_name(c.engine.dtype)); }},
+      {"kv-cache-dtype",
+       "KV cache entries: float32|bfloat16|float16 (default: the model dtype; bfloat16 halves "
+       "the bytes a decode step reads)",
+       [](ServerConfig& c, const std::string& v) {
+         return SetParsed(c.engine.kv_cache_dtype, ParseDtype(v));
+       },
+       [](const ServerConfig& c) {
+         return std::string(engine::dtype_name(
+             c.engine.kv_cache_dtype.value_or(engine::default_kv_cache_dtype(c.engine.dtype))));
+       }},
       {"quantized-dot",
        "GGUF blocks at decode (CPU): exact (bit-equal to the decoded model) | int8 (block dot "
        "products)",

@@ -293,6 +293,25 @@ def test_model_info_reports_the_flags(info, pb):
     assert (kv.window_size, kv.max_capacity_prompt, kv.kernel_size) == \
         (SNAPKV_WINDOW, SNAPKV_CAPACITY, 7)
     assert kv.pooling == pb2.KvCompression.MAX
+    assert info.dtype == "float32" and info.kv_cache_dtype == "float32"
+
+
+def test_bfloat16_kv_cache_holds_twice_the_tokens_and_serves(start_server, model_path, pb):
+    """--kv-cache-dtype=bfloat16 under a float32 model: the same memory holds
+    twice the blocks, ModelInfo says so, and requests are served."""
+    pb2, pb2_grpc = pb
+    server = start_server([f"--model={model_path}", "--kv-cache-dtype=bfloat16",
+                           f"--kv-cache-memory={KV_CACHE_BYTES}", f"--block-size={BLOCK_SIZE}"])
+    with grpc.insecure_channel(server.target) as ch:
+        stub = pb2_grpc.GenerationStub(ch)
+        info = stub.GetModelInfo(pb2.GetModelInfoRequest(), timeout=10)
+        assert (info.dtype, info.kv_cache_dtype) == ("float32", "bfloat16")
+        assert info.kv_cache_capacity_tokens == 2 * KV_CACHE_TOKENS
+        r = stub.Generate(pb2.GenerateRequest(
+            prompt=LONG_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=8, ignore_eos=True)),
+            timeout=120)
+        assert r.finish_reason == pb2.LENGTH and len(r.token_ids) == 8
+    assert "bfloat16)" in server.logs()
 
 
 # ------------------------------------------------------- bad requests ---

@@ -164,6 +164,33 @@ at::Tensor ModelDecodeLogits(const std::string& path, const std::string& dtype, 
   return at::stack(rows);
 }
 
+// ModelDecodeLogits through the server's paged KV cache with entries of
+// `kv_dtype` (--kv-cache-dtype): every decode step reads the cached prompt
+// and earlier steps from the paged cache, rounded to that dtype.
+at::Tensor ModelPagedDecodeLogits(const std::string& path, const std::string& dtype,
+                                  const std::string& kv_dtype, at::IntArrayRef ids, int64_t from) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  TORCH_CHECK(from >= 2 && from < n, "from must be in [2, ", n, ")");
+  LlamaModel& m = GetModel(path, dtype, "cpu");
+  const ModelConfig& c = m.config();
+  kv::PagedKvCacheConfig kc;
+  kc.num_layers = c.num_layers;
+  kc.num_kv_heads = c.num_kv_heads;
+  kc.head_dim = c.head_dim;
+  kc.num_blocks = static_cast<int32_t>(n / kc.block_size + 2);
+  kc.dtype = ParseDtype(kv_dtype);
+  auto cache = kv::PagedKvCache::Create(kc);
+  TORCH_CHECK(cache.ok(), cache.status().ToString());
+  TORCH_CHECK((*cache)->AddSequence(0, n, nullptr).ok());
+  const std::vector<int32_t> all = ToInt32(ids);
+  m.Prefill(0, std::vector<int32_t>(all.begin(), all.begin() + from - 1), **cache);
+  std::vector<at::Tensor> rows;
+  for (int64_t pos = from - 1; pos < n - 1; ++pos) {
+    rows.push_back(m.Decode({0}, {all[pos]}, {pos}, **cache).squeeze(0));
+  }
+  return at::stack(rows);
+}
+
 // Chunked prefill with SnapKV (docs/kv-cache-and-scheduling.md, "Chunked
 // prefill"): runs the prompt through a paged cache in chunks of `chunk`
 // tokens (>= n: one chunk) with the selector the engine installs (max
@@ -226,6 +253,9 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
         &snapserve::model::ModelGreedyOn);
   m.def("model_decode_logits(str path, str dtype, int[] ids, int from) -> Tensor",
         &snapserve::model::ModelDecodeLogits);
+  m.def(
+      "model_paged_decode_logits(str path, str dtype, str kv_dtype, int[] ids, int from) -> Tensor",
+      &snapserve::model::ModelPagedDecodeLogits);
   m.def("model_greedy_batch(str path, str dtype, int[] flat, int[] lengths, int max_new) -> Tensor",
         &snapserve::model::ModelGreedyBatch);
   m.def("model_time(str path, str dtype, int[] ids, int decode_steps) -> float[]",

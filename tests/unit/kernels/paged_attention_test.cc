@@ -110,6 +110,41 @@ TEST(PagedAttentionTest, AppendThenAttendRoundTrip) {
   }
 }
 
+// A float32 model with a bfloat16 / float16 KV cache (--kv-cache-dtype): the
+// float32 query reads the 16-bit cache, widened exactly, so the result is as
+// close to float32 attention over the widened values as the float32 kernel
+// is. head_dim 36 leaves a tail of 4 after the 8-wide widening loop.
+TEST(PagedAttentionTest, Float32QueryOverSixteenBitCache) {
+  for (const at::ScalarType cache_dtype : {at::kBFloat16, at::kHalf}) {
+    for (const int64_t d : {int64_t{64}, int64_t{36}}) {
+      SCOPED_TRACE(testing::Message() << cache_dtype << " head_dim " << d);
+      at::manual_seed(7);
+      const int64_t heads = 9, groups = 3, block_size = 16, num_blocks = 64;
+      const std::vector<int32_t> lens = {1, 13, 300};
+      const at::Tensor kc = at::randn({num_blocks, groups, block_size, d}).to(cache_dtype);
+      const at::Tensor vc = at::randn({num_blocks, groups, block_size, d}).to(cache_dtype);
+      const int64_t batch = static_cast<int64_t>(lens.size()), max_blocks = 19;
+      const at::Tensor tables =
+          at::randperm(num_blocks, at::kInt).narrow(0, 0, batch * max_blocks).view({batch, -1});
+      const at::Tensor q = at::randn({batch, heads, d});
+      const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+      const at::Tensor out = paged_decode_attention(q, kc, vc, tables, at::tensor(lens), scale);
+      ASSERT_EQ(out.scalar_type(), at::kFloat);
+      for (int64_t b = 0; b < batch; ++b) {
+        auto dense = [&](const at::Tensor& cache) {
+          return cache.index_select(0, tables[b].to(at::kLong))
+              .permute({1, 0, 2, 3})
+              .reshape({groups, -1, d})
+              .narrow(1, 0, lens[b]);
+        };
+        const at::Tensor want = Reference(q[b], dense(kc), dense(vc), scale);
+        EXPECT_TRUE(at::allclose(out[b], want, 1e-5, 1e-5))
+            << "row " << b << " max err " << (out[b] - want).abs().max().item<float>();
+      }
+    }
+  }
+}
+
 TEST(PagedAttentionTest, EmptyContextGivesZeros) {
   const at::Tensor kc = at::randn({2, 1, 4, 8}), vc = at::randn({2, 1, 4, 8});
   const at::Tensor out = paged_decode_attention(

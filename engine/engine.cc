@@ -80,13 +80,16 @@ class Engine::Impl {
 
 StatusOr<std::vector<int32_t>> Engine::Impl::PromptIds(const GenerationRequest& r) const {
   if (r.input_ids) return std::vector<int32_t>(r.input_ids->begin(), r.input_ids->end());
-  if (r.prompt) return tokenizer->Encode(*r.prompt, /*add_special_tokens=*/true);
+  if (r.prompt) {
+    return tokenizer->Encode(*r.prompt, /*add_special_tokens=*/true, r.split_special_tokens);
+  }
   std::vector<tokenizer::ChatMessage> messages;
   for (const auto& m : *r.messages) messages.push_back({m.role, m.content});
-  StatusOr<std::string> text = tokenizer->ApplyChatTemplate(messages, true);
-  if (!text.ok()) return Status::InvalidArgument("messages: " + text.status().message());
-  // The template already wrote any BOS it wants.
-  return tokenizer->Encode(*text, /*add_special_tokens=*/false);
+  // Content is plain text here whatever split_special_tokens says: a message
+  // must not be able to close its turn and open another (docs/api.md).
+  StatusOr<std::vector<int32_t>> ids = tokenizer->EncodeChat(messages, true);
+  if (!ids.ok()) return Status::InvalidArgument("messages: " + ids.status().message());
+  return ids;
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -244,9 +247,10 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
 
 void Engine::Cancel(const std::string& request_id) { impl_->scheduler->Cancel(request_id); }
 
-StatusOr<std::vector<uint32_t>> Engine::Tokenize(std::string_view text,
-                                                 bool add_special_tokens) const {
-  const std::vector<int32_t> ids = impl_->tokenizer->Encode(text, add_special_tokens);
+StatusOr<std::vector<uint32_t>> Engine::Tokenize(std::string_view text, bool add_special_tokens,
+                                                 bool split_special_tokens) const {
+  const std::vector<int32_t> ids =
+      impl_->tokenizer->Encode(text, add_special_tokens, split_special_tokens);
   return std::vector<uint32_t>(ids.begin(), ids.end());
 }
 

@@ -72,6 +72,9 @@ struct GenerationRequest {
   std::optional<std::string> prompt;
   std::optional<std::vector<uint32_t>> input_ids;
   std::optional<std::vector<ChatMessage>> messages;
+  // For `prompt`: special-token strings in it are plain text, not control
+  // tokens. Message content is always plain text; token ids are taken as given.
+  bool split_special_tokens = false;
 
   float temperature = 0;  // 0: greedy
   uint32_t top_k = 0;
@@ -131,7 +134,9 @@ class Engine {
   // its blocks are freed. Unknown or finished ids are ignored.
   void Cancel(const std::string& request_id);
 
-  StatusOr<std::vector<uint32_t>> Tokenize(std::string_view text, bool add_special_tokens) const;
+  // split_special_tokens: as GenerationRequest's.
+  StatusOr<std::vector<uint32_t>> Tokenize(std::string_view text, bool add_special_tokens,
+                                           bool split_special_tokens = false) const;
 
   EngineStats stats() const;
   void SetObserver(EngineObserver observer);

@@ -81,8 +81,8 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       snapserve::v1::TokenizeResponse* response) {
   grpc::Status status = Admission();
   if (status.ok()) {
-    StatusOr<std::vector<uint32_t>> ids =
-        engine_.load()->Tokenize(request->text(), request->add_special_tokens());
+    StatusOr<std::vector<uint32_t>> ids = engine_.load()->Tokenize(
+        request->text(), request->add_special_tokens(), request->split_special_tokens());
     if (ids.ok()) {
       response->mutable_ids()->Add(ids->begin(), ids->end());
     } else {

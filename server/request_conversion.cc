@@ -27,6 +27,7 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
     case v1::GenerateRequest::INPUT_NOT_SET:
       break;
   }
+  e.split_special_tokens = r.split_special_tokens();
   const auto& s = r.sampling();
   e.temperature = s.temperature();
   e.top_k = s.top_k();

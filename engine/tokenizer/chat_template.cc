@@ -91,8 +91,8 @@ StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view jinja, std::string 
   return t;
 }
 
-StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
-                                           bool add_generation_prompt) const {
+StatusOr<SegmentedText> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                             bool add_generation_prompt) const {
   switch (family_) {
     case Family::kChatMl:
       return RenderChatMl(messages, add_generation_prompt);
@@ -104,44 +104,51 @@ StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messa
   return Status::Internal("unreachable");
 }
 
-StatusOr<std::string> ChatTemplate::RenderChatMl(const std::vector<ChatMessage>& messages,
-                                                 bool add_generation_prompt) const {
-  std::string out;
+// Roles are checked against a fixed list before they are written, so they are
+// markup like the rest of the header.
+StatusOr<SegmentedText> ChatTemplate::RenderChatMl(const std::vector<ChatMessage>& messages,
+                                                   bool add_generation_prompt) const {
+  SegmentedText out;
   // The reference template inserts the default system turn inside its message
   // loop, so an empty conversation gets none either.
   if (!default_system_.empty() && !messages.empty() && messages[0].role != "system") {
-    out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
+    out.AddMarkup("<|im_start|>system\n" + default_system_ + "<|im_end|>\n");
   }
   for (const ChatMessage& m : messages) {
     if (!OneOf(m.role, {"system", "user", "assistant", "tool"})) {
       return UnknownRole(m.role, "ChatML");
     }
-    out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    out.AddMarkup("<|im_start|>" + m.role + "\n");
+    out.AddUserText(m.content);
+    out.AddMarkup("<|im_end|>\n");
   }
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  if (add_generation_prompt) out.AddMarkup("<|im_start|>assistant\n");
   return out;
 }
 
-StatusOr<std::string> ChatTemplate::RenderLlama3(const std::vector<ChatMessage>& messages,
-                                                 bool add_generation_prompt) const {
-  std::string out;
+StatusOr<SegmentedText> ChatTemplate::RenderLlama3(const std::vector<ChatMessage>& messages,
+                                                   bool add_generation_prompt) const {
+  SegmentedText out;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (!OneOf(m.role, {"system", "user", "assistant", "ipython", "tool"})) {
       return UnknownRole(m.role, "Llama-3");
     }
-    if (i == 0) out += bos_text_;
-    out +=
-        "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + Trim(m.content) + "<|eot_id|>";
+    if (i == 0) out.AddMarkup(bos_text_);
+    out.AddMarkup("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+    out.AddUserText(Trim(m.content));
+    out.AddMarkup("<|eot_id|>");
   }
-  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  if (add_generation_prompt) out.AddMarkup("<|start_header_id|>assistant<|end_header_id|>\n\n");
   return out;
 }
 
-StatusOr<std::string> ChatTemplate::RenderMistral(const std::vector<ChatMessage>& messages) const {
+StatusOr<SegmentedText> ChatTemplate::RenderMistral(
+    const std::vector<ChatMessage>& messages) const {
   // Mistral-7B-Instruct v0.1/v0.2: user and assistant strictly alternate,
   // starting with the user; no system role.
-  std::string out = bos_text_;
+  SegmentedText out;
+  out.AddMarkup(bos_text_);
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (!OneOf(m.role, {"user", "assistant"})) return UnknownRole(m.role, "Mistral");
@@ -151,9 +158,12 @@ StatusOr<std::string> ChatTemplate::RenderMistral(const std::vector<ChatMessage>
           "user");
     }
     if (m.role == "user") {
-      out += "[INST] " + m.content + " [/INST]";
+      out.AddMarkup("[INST] ");
+      out.AddUserText(m.content);
+      out.AddMarkup(" [/INST]");
     } else {
-      out += m.content + eos_text_;
+      out.AddUserText(m.content);
+      out.AddMarkup(eos_text_);
     }
   }
   return out;

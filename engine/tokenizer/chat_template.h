@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/common/status_or.h"
+#include "engine/tokenizer/segmented_text.h"
 
 namespace snapserve::tokenizer {
 
@@ -31,16 +32,19 @@ class ChatTemplate {
   // (SmolLM2's "You are a helpful AI assistant named SmolLM, ..."); empty if none.
   const std::string& default_system_prompt() const { return default_system_; }
 
+  // The template's own text (turn markers, role headers, BOS/EOS, the default
+  // system prompt) is markup; each message's content is user text, so special
+  // tokens written in it stay text when the result is tokenized.
   // InvalidArgument naming the role for a role the family does not know.
-  StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
-                               bool add_generation_prompt) const;
+  StatusOr<SegmentedText> Render(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt) const;
 
  private:
-  StatusOr<std::string> RenderChatMl(const std::vector<ChatMessage>& messages,
-                                     bool add_generation_prompt) const;
-  StatusOr<std::string> RenderLlama3(const std::vector<ChatMessage>& messages,
-                                     bool add_generation_prompt) const;
-  StatusOr<std::string> RenderMistral(const std::vector<ChatMessage>& messages) const;
+  StatusOr<SegmentedText> RenderChatMl(const std::vector<ChatMessage>& messages,
+                                       bool add_generation_prompt) const;
+  StatusOr<SegmentedText> RenderLlama3(const std::vector<ChatMessage>& messages,
+                                       bool add_generation_prompt) const;
+  StatusOr<SegmentedText> RenderMistral(const std::vector<ChatMessage>& messages) const;
 
   Family family_ = Family::kChatMl;
   std::string default_system_;

@@ -28,27 +28,51 @@ size_t Tokenizer::MatchAdded(std::string_view text, size_t pos, int32_t* id) con
   return 0;
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_tokens,
+                                       bool split_special_tokens) const {
+  SegmentedText segmented;
+  if (split_special_tokens) {
+    segmented.AddUserText(text);
+  } else {
+    segmented.AddMarkup(text);
+  }
+  return Encode(segmented, add_special_tokens);
+}
+
+std::vector<int32_t> Tokenizer::Encode(const SegmentedText& text, bool add_special_tokens) const {
   std::vector<int32_t> ids;
   if (add_special_tokens) ids = prefix_ids_;
   // Added tokens split the text first (leftmost, then longest, as HF's
-  // AddedVocabulary does); the text between them is pre-tokenized on its own,
-  // so no regex rule sees across a special token and each stretch gets its
-  // own SentencePiece dummy prefix.
-  size_t start = 0;
-  for (size_t i = 0; i < text.size();) {
-    int32_t id;
-    size_t n = MatchAdded(text, i, &id);
-    if (n == 0) {
-      ++i;
-      continue;
+  // AddedVocabulary does); the text between them (`stretch`) is pre-tokenized
+  // on its own, so no regex rule sees across an added token and each stretch
+  // gets its own SentencePiece dummy prefix.
+  std::string stretch;
+  for (const SegmentedText::Segment& segment : text.segments()) {
+    const std::string_view s = segment.text;
+    size_t start = 0;
+    for (size_t i = 0; i < s.size();) {
+      int32_t id;
+      const size_t n = MatchAdded(s, i, &id);
+      if (n == 0) {
+        ++i;
+        continue;
+      }
+      if (!segment.parse_special_tokens && IsSpecial(id)) {
+        // As HF with encode_special_tokens: the whole match stays text (no
+        // shorter added token is tried inside it).
+        i += n;
+        continue;
+      }
+      stretch.append(s.substr(start, i - start));
+      model_->Encode(stretch, &ids);
+      stretch.clear();
+      ids.push_back(id);
+      i += n;
+      start = i;
     }
-    model_->Encode(text.substr(start, i - start), &ids);
-    ids.push_back(id);
-    i += n;
-    start = i;
+    stretch.append(s.substr(start));
   }
-  model_->Encode(text.substr(start), &ids);
+  model_->Encode(stretch, &ids);
   if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
   return ids;
 }
@@ -67,7 +91,17 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special
 StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                                    bool add_generation_prompt) const {
   if (chat_template_ == nullptr) return chat_template_error_;
-  return chat_template_->Render(messages, add_generation_prompt);
+  SNAPSERVE_ASSIGN_OR_RETURN(const SegmentedText text,
+                             chat_template_->Render(messages, add_generation_prompt));
+  return text.Joined();
+}
+
+StatusOr<std::vector<int32_t>> Tokenizer::EncodeChat(const std::vector<ChatMessage>& messages,
+                                                     bool add_generation_prompt) const {
+  if (chat_template_ == nullptr) return chat_template_error_;
+  SNAPSERVE_ASSIGN_OR_RETURN(const SegmentedText text,
+                             chat_template_->Render(messages, add_generation_prompt));
+  return Encode(text, /*add_special_tokens=*/false);
 }
 
 bool Tokenizer::IsSpecial(int32_t id) const {

@@ -22,6 +22,7 @@
 
 #include "engine/common/status_or.h"
 #include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/segmented_text.h"
 #include "engine/tokenizer/tokenizer_model.h"
 
 namespace snapserve::model {
@@ -40,10 +41,18 @@ class Tokenizer {
   // add_bos_token) when present.
   static StatusOr<std::unique_ptr<Tokenizer>> FromHfDirectory(const std::string& dir);
 
-  // Special and added tokens written in the text are matched as tokens.
-  // add_special_tokens adds what the model's configuration says (BOS for
-  // Llama-3, nothing for SmolLM2).
-  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens) const;
+  // Added tokens written in the text are matched as tokens, special ones
+  // (control tokens such as "<|im_end|>") too unless split_special_tokens,
+  // which tokenizes their strings as plain text (transformers'
+  // split_special_tokens=True). add_special_tokens adds what the model's
+  // configuration says (BOS for Llama-3, nothing for SmolLM2).
+  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens,
+                              bool split_special_tokens = false) const;
+  // Special tokens are matched in markup segments only. Text between two
+  // matched added tokens is tokenized as one stretch even when it spans
+  // segments, so ids equal those of Encode(text.Joined()) whenever the user
+  // text holds no special-token string.
+  std::vector<int32_t> Encode(const SegmentedText& text, bool add_special_tokens) const;
   // Invalid UTF-8 from a partial sequence of tokens becomes U+FFFD (BPE: per
   // maximal invalid subpart, as HF; SentencePiece: per byte, as the library).
   // SentencePiece models drop the space their dummy prefix put at the start.
@@ -51,6 +60,12 @@ class Tokenizer {
   // Fails when the model has no (supported) chat template or a role is unknown.
   StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                           bool add_generation_prompt) const;
+  // The ids of the rendered chat: the template's markup yields its special
+  // tokens, message content is plain text (a "<|im_start|>" in it cannot open
+  // a turn). Nothing is added beyond what the template writes (it writes BOS
+  // where the model wants one).
+  StatusOr<std::vector<int32_t>> EncodeChat(const std::vector<ChatMessage>& messages,
+                                            bool add_generation_prompt) const;
 
   int32_t vocab_size() const { return model_->size(); }
   int32_t bos_id() const { return bos_id_; }  // -1 when the model has none

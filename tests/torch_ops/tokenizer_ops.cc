@@ -46,8 +46,9 @@ std::vector<int32_t> ToIds(const std::vector<int64_t>& ids) {
   return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
-std::vector<int64_t> Tokenize(const std::string& path, const std::string& text, bool add_special) {
-  std::vector<int32_t> ids = Load(path).Encode(text, add_special);
+std::vector<int64_t> Tokenize(const std::string& path, const std::string& text, bool add_special,
+                              bool split_special) {
+  std::vector<int32_t> ids = Load(path).Encode(text, add_special, split_special);
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
@@ -73,6 +74,18 @@ std::string ChatTemplate(const std::string& path, const std::vector<std::string>
   auto out = Load(path).ApplyChatTemplate(messages, add_generation_prompt);
   TORCH_CHECK(out.ok(), out.status().ToString());
   return *out;
+}
+
+// The ids the engine gives a chat request (Tokenizer::EncodeChat).
+std::vector<int64_t> ChatTokenIds(const std::string& path, const std::vector<std::string>& roles,
+                                  const std::vector<std::string>& contents,
+                                  bool add_generation_prompt) {
+  TORCH_CHECK(roles.size() == contents.size(), "roles and contents differ in length");
+  std::vector<snapserve::tokenizer::ChatMessage> messages;
+  for (size_t i = 0; i < roles.size(); ++i) messages.push_back({roles[i], contents[i]});
+  auto ids = Load(path).EncodeChat(messages, add_generation_prompt);
+  TORCH_CHECK(ids.ok(), ids.status().ToString());
+  return std::vector<int64_t>(ids->begin(), ids->end());
 }
 
 std::vector<std::string> Pretokenize(const std::string& type, const std::string& text) {
@@ -110,11 +123,15 @@ std::vector<int64_t> TokenizerInfo(const std::string& path) {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(snapserve, m) {
-  m.def("tokenize(str path, str text, bool add_special) -> int[]", &Tokenize);
+  m.def("tokenize(str path, str text, bool add_special, bool split_special=False) -> int[]",
+        &Tokenize);
   m.def("detokenize(str path, int[] ids, bool skip_special=False) -> str", &Detokenize);
   m.def("detokenize_stream(str path, int[] ids) -> str[]", &DetokenizeStream);
   m.def("chat_template(str path, str[] roles, str[] contents, bool add_generation_prompt) -> str",
         &ChatTemplate);
+  m.def(
+      "chat_token_ids(str path, str[] roles, str[] contents, bool add_generation_prompt) -> int[]",
+      &ChatTokenIds);
   m.def("pretokenize(str pre_type, str text) -> str[]", &Pretokenize);
   m.def("gguf_open_error(str path) -> str", &GgufOpenError);
   m.def("gguf_tensors(str path) -> str[]", &GgufTensors);

@@ -54,6 +54,14 @@ TEST(RequestConversionTest, InternalErrorsGiveTheClientOnlyTheRequestId) {
             "prompt: must not be empty");
 }
 
+TEST(RequestConversionTest, SplitSpecialTokensIsCarried) {
+  v1::GenerateRequest r;
+  r.set_prompt("<|im_end|>");
+  EXPECT_FALSE(ToEngineRequest(r).split_special_tokens);  // default: parsed as control tokens
+  r.set_split_special_tokens(true);
+  EXPECT_TRUE(ToEngineRequest(r).split_special_tokens);
+}
+
 TEST(RequestConversionTest, KvCompressionEnums) {
   v1::GenerateRequest r;
   engine::GenerationRequest e = ToEngineRequest(r);

@@ -1,0 +1,171 @@
+"""The /metrics HTTP server under hostile clients (server/metrics_http.h,
+docs/metrics.md "The endpoint"): a slow-loris client or hundreds of idle
+connections do not delay scrapes; the slow client is cut off at the head
+timeout (5 s), idle ones at the idle timeout (2 s); oversized heads get 431;
+no descriptor is left behind and SIGTERM with clients connected exits at once.
+Real server, real sockets; the whole module takes about 15 s."""
+import itertools
+import os
+import resource
+import select
+import socket
+import time
+
+import pytest
+
+from snapserve_testkit.metrics import parse, scrape, types
+
+HEAD_TIMEOUT_S = 5.0
+IDLE_TIMEOUT_S = 2.0
+MAX_CONNECTIONS = 256
+
+
+@pytest.fixture(scope="module")
+def server(start_module_server, model_path):
+    return start_module_server([f"--model={model_path}", "--kv-cache-memory=16MiB",
+                                "--default-kv-method=none"])
+
+
+def strict_scrape(port):
+    """A scrape within 2 s whose text parses as Prometheus exposition text."""
+    start = time.monotonic()
+    text = scrape(port, timeout=5)
+    elapsed = time.monotonic() - start
+    assert elapsed < 2.0, f"scrape took {elapsed:.2f} s"
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+        assert list(text_string_to_metric_families(text))
+    except ImportError:
+        assert parse(text) and "snapserve_requests_total" in types(text)  # raises on a bad line
+    return text
+
+
+def exchange(port, request, timeout=5):
+    """(status code, headers dict, body) of one raw request."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(request)
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+def closed_by_server(sock):
+    """True when the server has closed `sock` (EOF or reset waiting to be read)."""
+    try:
+        return sock.recv(1, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_slow_loris_does_not_delay_scrapes_and_is_cut_off(server):
+    slow = socket.create_connection(("127.0.0.1", server.metrics_port), timeout=5)
+    start = time.monotonic()
+    closed_after = None
+    # A head that never ends, one byte every 1.5 s (under the idle timeout).
+    for byte in itertools.cycle(b"GET /metrics HTTP/1.1\r\nX-Slow: a\r\n"):
+        assert time.monotonic() - start < HEAD_TIMEOUT_S + 5, "slow client never cut off"
+        try:
+            slow.send(bytes([byte]))
+        except OSError:
+            closed_after = time.monotonic() - start
+            break
+        sent = time.monotonic()
+        strict_scrape(server.metrics_port)
+        ready, _, _ = select.select([slow], [], [], max(0.0, 1.5 - (time.monotonic() - sent)))
+        if ready:
+            assert closed_by_server(slow)  # no answer to a head that never completed
+            closed_after = time.monotonic() - start
+            break
+    slow.close()
+    assert HEAD_TIMEOUT_S - 0.5 <= closed_after <= HEAD_TIMEOUT_S + 1.6, closed_after
+
+
+def test_idle_connections_neither_block_scrapes_nor_stay_open(server):
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    count = min(300, soft - 64)  # 300 exceeds the cap of 256: the oldest are evicted
+    idle = [socket.create_connection(("127.0.0.1", server.metrics_port), timeout=5)
+            for _ in range(count)]
+    opened = time.monotonic()
+    try:
+        for _ in range(7):
+            strict_scrape(server.metrics_port)
+        if count > MAX_CONNECTIONS:
+            time.sleep(0.2)
+            assert sum(closed_by_server(s) for s in idle) >= count - MAX_CONNECTIONS
+        # Idle connections are closed once the idle timeout passes.
+        deadline = opened + IDLE_TIMEOUT_S + 2.0
+        while not all(closed_by_server(s) for s in idle) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(closed_by_server(s) for s in idle)
+        assert time.monotonic() - opened >= IDLE_TIMEOUT_S - 0.3
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_oversized_head_gets_431(server):
+    pad = b"X-Pad: " + b"a" * 20000 + b"\r\n"
+    status, headers, _ = exchange(server.metrics_port,
+                                  b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + pad + b"\r\n")
+    assert status == 431
+    assert headers["Connection"] == "close"
+    strict_scrape(server.metrics_port)  # still healthy
+
+
+def test_http_semantics(server):
+    port = server.metrics_port
+    status, headers, body = exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 200 and int(headers["Content-Length"]) == len(body) > 0
+    assert "Date" in headers
+    status, headers, body = exchange(port, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 200 and int(headers["Content-Length"]) > 0 and body == b""
+    status, headers, _ = exchange(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 405 and headers["Allow"] == "GET, HEAD"
+    status, _, _ = exchange(port, b"nonsense\r\n\r\n")
+    assert status == 400
+    status, _, _ = exchange(port, b"GET /nowhere HTTP/1.1\r\n\r\n")
+    assert status == 404
+
+
+def test_no_descriptor_is_left_behind(server):
+    def fds():
+        return len(os.listdir(f"/proc/{server.pid}/fd"))
+
+    strict_scrape(server.metrics_port)
+    time.sleep(0.3)
+    before = fds()
+    for _ in range(20):
+        strict_scrape(server.metrics_port)
+    for _ in range(20):  # connected and closed by the client without a request
+        socket.create_connection(("127.0.0.1", server.metrics_port), timeout=5).close()
+    deadline = time.monotonic() + 3
+    while fds() != before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert fds() == before
+
+
+def test_sigterm_with_connections_open_exits_cleanly(server):
+    """Last in the module: it stops the shared server. Stop() must not wait on
+    a client: idle, half-sent and unread connections are closed, the thread
+    joined, and the process exits 0 at once."""
+    port = server.metrics_port
+    idle = socket.create_connection(("127.0.0.1", port), timeout=5)
+    partial = socket.create_connection(("127.0.0.1", port), timeout=5)
+    partial.sendall(b"GET /metrics HTTP/1.1\r\n")
+    unread = socket.create_connection(("127.0.0.1", port), timeout=5)
+    unread.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    unread.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+    time.sleep(0.2)
+    start = time.monotonic()
+    assert server.stop(timeout=10) == 0
+    assert time.monotonic() - start < 5
+    for s in (idle, partial, unread):
+        s.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)

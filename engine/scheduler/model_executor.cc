@@ -72,7 +72,8 @@ void ModelExecutor::Decode(const std::vector<Sequence*>& decode, StepResult& res
   } catch (const std::exception& e) {
     // A fault in the shared step fails the batch; new requests still run.
     const Status failed = Status::Internal(std::string("decode step failed: ") + e.what());
-    for (Sequence* seq : decode) result.outcomes.push_back({seq, std::nullopt, failed});
+    for (Sequence* seq : decode)
+      result.outcomes.push_back({seq, std::nullopt, failed, std::nullopt});
   }
 }
 
@@ -81,7 +82,7 @@ StepOutcome ModelExecutor::Prefill(const ChunkWork& chunk) {
   try {
     model::PromptState& st = *seq.prompt_state;
     const at::Tensor h = model_.ContinuePrompt(st, cache_, chunk.tokens);
-    if (!st.finished()) return {&seq, std::nullopt, Status::Ok()};
+    if (!st.finished()) return {&seq, std::nullopt, Status::Ok(), std::nullopt};
     const at::Tensor logits = model_.Logits(h.narrow(0, h.size(0) - 1, 1));  // [1, vocab]
     seq.prompt_state.reset();
     seq.kept_entries = cache_.num_tokens(seq.id);
@@ -91,7 +92,8 @@ StepOutcome ModelExecutor::Prefill(const ChunkWork& chunk) {
     const auto logprobs = sampling::BatchLogprobs(logits, samplers, sampled);
     return {&seq, token, Status::Ok(), logprobs.empty() ? std::nullopt : logprobs[0]};
   } catch (const std::exception& e) {
-    return {&seq, std::nullopt, Status::Internal(std::string("prefill failed: ") + e.what())};
+    return {&seq, std::nullopt, Status::Internal(std::string("prefill failed: ") + e.what()),
+            std::nullopt};
   }
 }
 

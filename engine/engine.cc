@@ -48,8 +48,9 @@ class IdReleasingSink final : public ResultSink {
  public:
   IdReleasingSink(std::shared_ptr<ResultSink> inner, std::function<void()> release)
       : inner_(std::move(inner)), release_(std::move(release)) {}
-  void OnDelta(const std::vector<uint32_t>& ids, const std::string& text) override {
-    inner_->OnDelta(ids, text);
+  void OnDelta(const std::vector<uint32_t>& ids, const std::string& text,
+               const std::vector<TokenLogprob>& logprobs) override {
+    inner_->OnDelta(ids, text, logprobs);
   }
   void OnFinish(const Status& status, FinishReason reason, const Usage& usage) override {
     release_();
@@ -226,6 +227,7 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
   sp.top_p = request.top_p == 0 ? 1.f : request.top_p;
   sp.repetition_penalty = request.repetition_penalty == 0 ? 1.f : request.repetition_penalty;
   sp.seed = request.seed;
+  sp.logprobs = request.logprobs;
   seq->sampler = std::make_unique<sampling::Sampler>(sp, seq->prompt);
   sampling::StopCriteria stop;
   stop.max_new_tokens = max_new;

@@ -19,6 +19,7 @@
 #include "engine/common/status_or.h"
 #include "engine/engine_types.h"
 #include "engine/result_sink.h"
+#include "engine/token_logprobs.h"
 
 namespace snapserve::engine {
 
@@ -88,6 +89,7 @@ struct GenerationRequest {
   bool ignore_eos = false;
 
   KvCompressionOverrides kv_compression;
+  LogprobOptions logprobs;  // off: no logprobs, and no cost
   // Work stops with DEADLINE_EXCEEDED once passed.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   // When the request reached the server (queue and latency figures count from here).

@@ -85,6 +85,16 @@ Status ValidateRequest(const GenerationRequest& r, const ValidationLimits& limit
                    "must be a finite number >= 0, got " + std::to_string(r.repetition_penalty));
   }
 
+  if (r.logprobs.top_logprobs > kMaxTopLogprobs) {
+    return Invalid("logprobs.top_logprobs", "must be at most " + std::to_string(kMaxTopLogprobs) +
+                                                ", got " + std::to_string(r.logprobs.top_logprobs));
+  }
+  // Asking for alternatives without the logprobs themselves is almost
+  // certainly a client that forgot the flag: say so rather than guess.
+  if (r.logprobs.top_logprobs > 0 && !r.logprobs.enabled) {
+    return Invalid("logprobs.top_logprobs", "needs logprobs.enabled");
+  }
+
   if (r.max_new_tokens > limits.max_new_tokens_limit) {
     return Invalid("stopping.max_new_tokens", std::to_string(r.max_new_tokens) +
                                                   " is above the server limit " +

@@ -12,6 +12,7 @@
 
 #include "engine/common/status.h"
 #include "engine/engine_types.h"
+#include "engine/token_logprobs.h"
 
 namespace snapserve::engine {
 
@@ -33,8 +34,11 @@ class ResultSink {
  public:
   virtual ~ResultSink() = default;
   // New tokens and the text they complete (text never splits a UTF-8
-  // character and never contains any part of a stop sequence).
-  virtual void OnDelta(const std::vector<uint32_t>& token_ids, const std::string& text) = 0;
+  // character and never contains any part of a stop sequence); `logprobs`
+  // is empty unless the request asked for them, and then has one entry per
+  // token id, in the same order.
+  virtual void OnDelta(const std::vector<uint32_t>& token_ids, const std::string& text,
+                       const std::vector<TokenLogprob>& logprobs) = 0;
   // Called exactly once per enqueued request, last. `status` is OK, CANCELLED,
   // DEADLINE_EXCEEDED, UNAVAILABLE (shutdown) or INTERNAL.
   virtual void OnFinish(const Status& status, FinishReason reason, const Usage& usage) = 0;

@@ -127,9 +127,11 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   class Sink final : public engine::ResultSink {
    public:
     explicit Sink(UnaryCall* call) : call_(call) {}
-    void OnDelta(const std::vector<uint32_t>& ids, const std::string& text) override {
+    void OnDelta(const std::vector<uint32_t>& ids, const std::string& text,
+                 const std::vector<engine::TokenLogprob>& logprobs) override {
       for (uint32_t id : ids) call_->response_->add_token_ids(id);
       call_->response_->mutable_text()->append(text);
+      AddLogprobs(logprobs, call_->response_->mutable_logprobs());
     }
     void OnFinish(const Status& status, engine::FinishReason reason,
                   const engine::Usage& usage) override {
@@ -204,11 +206,13 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
   class Sink final : public engine::ResultSink {
    public:
     explicit Sink(StreamCall* call) : call_(call) {}
-    void OnDelta(const std::vector<uint32_t>& ids, const std::string& text) override {
+    void OnDelta(const std::vector<uint32_t>& ids, const std::string& text,
+                 const std::vector<engine::TokenLogprob>& logprobs) override {
       v1::GenerateStreamResponse m;
       m.set_request_id(call_->request_id_);
       m.set_text(text);
       for (uint32_t id : ids) m.add_token_ids(id);
+      AddLogprobs(logprobs, m.mutable_logprobs());
       call_->Push(std::move(m));
     }
     void OnFinish(const Status& status, engine::FinishReason reason,

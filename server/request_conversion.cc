@@ -63,6 +63,8 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
     default:  // POOLING_UNSPECIFIED: the server default
       break;
   }
+  e.logprobs.enabled = r.logprobs().enabled();
+  e.logprobs.top_logprobs = r.logprobs().top_logprobs();
   return e;
 }
 
@@ -106,6 +108,20 @@ void FillUsage(const engine::Usage& u, v1::Usage* out) {
   out->set_queue_ms(u.queue_ms);
   out->set_time_to_first_token_ms(u.time_to_first_token_ms);
   out->set_total_ms(u.total_ms);
+}
+
+void AddLogprobs(const std::vector<engine::TokenLogprob>& logprobs,
+                 google::protobuf::RepeatedPtrField<v1::TokenLogprob>* out) {
+  for (const engine::TokenLogprob& l : logprobs) {
+    v1::TokenLogprob* t = out->Add();
+    t->set_token_id(l.token_id);
+    t->set_logprob(l.logprob);
+    for (const engine::TopLogprob& top : l.top_logprobs) {
+      v1::TopLogprob* alt = t->add_top_logprobs();
+      alt->set_token_id(top.token_id);
+      alt->set_logprob(top.logprob);
+    }
+  }
 }
 
 void FillModelInfo(const engine::ModelSummary& s, v1::ModelInfo* out) {

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/engine.h"
 #include "snapserve/v1/generation.pb.h"
@@ -23,6 +24,9 @@ Status CheckEnumValues(const snapserve::v1::GenerateRequest& request);
 
 snapserve::v1::FinishReason ToProto(engine::FinishReason reason);
 void FillUsage(const engine::Usage& usage, snapserve::v1::Usage* out);
+// Appends one TokenLogprob per entry of `logprobs`.
+void AddLogprobs(const std::vector<engine::TokenLogprob>& logprobs,
+                 google::protobuf::RepeatedPtrField<snapserve::v1::TokenLogprob>* out);
 void FillModelInfo(const engine::ModelSummary& summary, snapserve::v1::ModelInfo* out);
 
 // The status a client receives. INTERNAL is an engine fault whose message may

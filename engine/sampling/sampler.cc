@@ -165,6 +165,16 @@ std::vector<float> Sampler::Probabilities(std::span<const float> logits) const {
   return out;
 }
 
+std::vector<double> Sampler::LogprobScores(std::span<const float> logits) const {
+  const std::vector<float> penalized = Penalized(logits);
+  // Filter divides the same way, so for a sampled row these are exactly the
+  // scores the candidates' softmax starts from.
+  const double temperature = params_.greedy() ? 1.0 : params_.temperature;
+  std::vector<double> x(penalized.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(penalized[i]) / temperature;
+  return x;
+}
+
 std::vector<int32_t> SampleBatch(const at::Tensor& logits, std::span<Sampler* const> samplers) {
   TORCH_CHECK(logits.dim() == 2, "SampleBatch: logits must be [B, vocab], got ", logits.sizes());
   const int64_t batch = logits.size(0);

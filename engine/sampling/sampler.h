@@ -21,6 +21,8 @@
 #include <span>
 #include <vector>
 
+#include "engine/token_logprobs.h"
+
 namespace snapserve::sampling {
 
 struct SamplingParams {
@@ -29,6 +31,8 @@ struct SamplingParams {
   float top_p = 1.f;               // 0 or 1: off
   float repetition_penalty = 1.f;  // 0 or 1: off
   std::optional<uint64_t> seed;    // unset: seeded from std::random_device
+  // Not a sampling parameter: what to report of each draw (logprobs.h).
+  engine::LogprobOptions logprobs;
 
   bool greedy() const { return temperature == 0.f; }
   bool penalized() const { return repetition_penalty != 0.f && repetition_penalty != 1.f; }
@@ -58,6 +62,12 @@ class Sampler {
   // The distribution Sample draws from (after penalty, temperature, top-k and
   // top-p; one-hot for greedy), for tests. Leaves the generator untouched.
   std::vector<float> Probabilities(std::span<const float> logits) const;
+
+  // The scores the reported logprobs are the log-softmax of (docs/api.md,
+  // "Logprobs"): the penalized logits divided by the temperature (by 1 when
+  // greedy), before top-k and top-p. Call before Accept of the token drawn
+  // from these logits, so the penalty sees the same history the draw did.
+  std::vector<double> LogprobScores(std::span<const float> logits) const;
 
   const SamplingParams& params() const { return params_; }
 

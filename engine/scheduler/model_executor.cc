@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/compress/snapkv_selector.h"
+#include "engine/sampling/logprobs.h"
 
 namespace snapserve::scheduler {
 
@@ -62,13 +63,17 @@ void ModelExecutor::Decode(const std::vector<Sequence*>& decode, StepResult& res
   try {
     const at::Tensor logits = model_.Decode(ids, tokens, positions, cache_);  // [B, vocab]
     const std::vector<int32_t> sampled = sampling::SampleBatch(logits, samplers);
+    // Empty unless some row asked (then one entry per row).
+    const auto logprobs = sampling::BatchLogprobs(logits, samplers, sampled);
     for (size_t b = 0; b < decode.size(); ++b) {
-      result.outcomes.push_back({decode[b], sampled[b], Status::Ok()});
+      result.outcomes.push_back(
+          {decode[b], sampled[b], Status::Ok(), logprobs.empty() ? std::nullopt : logprobs[b]});
     }
   } catch (const std::exception& e) {
     // A fault in the shared step fails the batch; new requests still run.
     const Status failed = Status::Internal(std::string("decode step failed: ") + e.what());
-    for (Sequence* seq : decode) result.outcomes.push_back({seq, std::nullopt, failed});
+    for (Sequence* seq : decode)
+      result.outcomes.push_back({seq, std::nullopt, failed, std::nullopt});
   }
 }
 
@@ -77,14 +82,18 @@ StepOutcome ModelExecutor::Prefill(const ChunkWork& chunk) {
   try {
     model::PromptState& st = *seq.prompt_state;
     const at::Tensor h = model_.ContinuePrompt(st, cache_, chunk.tokens);
-    if (!st.finished()) return {&seq, std::nullopt, Status::Ok()};
+    if (!st.finished()) return {&seq, std::nullopt, Status::Ok(), std::nullopt};
     const at::Tensor logits = model_.Logits(h.narrow(0, h.size(0) - 1, 1));  // [1, vocab]
     seq.prompt_state.reset();
     seq.kept_entries = cache_.num_tokens(seq.id);
     sampling::Sampler* samplers[] = {seq.sampler.get()};
-    return {&seq, sampling::SampleBatch(logits, samplers)[0], Status::Ok()};
+    const int32_t token = sampling::SampleBatch(logits, samplers)[0];
+    const int32_t sampled[] = {token};
+    const auto logprobs = sampling::BatchLogprobs(logits, samplers, sampled);
+    return {&seq, token, Status::Ok(), logprobs.empty() ? std::nullopt : logprobs[0]};
   } catch (const std::exception& e) {
-    return {&seq, std::nullopt, Status::Internal(std::string("prefill failed: ") + e.what())};
+    return {&seq, std::nullopt, Status::Internal(std::string("prefill failed: ") + e.what()),
+            std::nullopt};
   }
 }
 

@@ -14,6 +14,7 @@
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/scheduler/sequence.h"
+#include "engine/token_logprobs.h"
 
 namespace snapserve::scheduler {
 
@@ -24,6 +25,8 @@ struct StepOutcome {
   // when this step ran its last chunk. Empty when the prompt has chunks left.
   std::optional<int32_t> token;
   Status error;  // not OK: the sequence failed (INTERNAL)
+  // The token's logprobs, when the request asked for them.
+  std::optional<engine::TokenLogprob> logprobs;
 };
 
 struct StepResult {

@@ -16,6 +16,7 @@ void OutputProcessor::OnDecodeStep(int64_t batch) {
 }
 
 std::optional<Ending> OutputProcessor::OnToken(Sequence& seq, int32_t token,
+                                               const std::optional<engine::TokenLogprob>& logprobs,
                                                Clock::time_point now) {
   if (seq.generated == 0) {
     seq.first_token = now;
@@ -29,6 +30,7 @@ std::optional<Ending> OutputProcessor::OnToken(Sequence& seq, int32_t token,
 
   const std::optional<engine::FinishReason> end = seq.stop->OnToken(token);
   std::vector<uint32_t> ids;
+  std::vector<engine::TokenLogprob> id_logprobs;  // aligned with `ids`
   std::string text;
   bool stopped_on_text = false;
   if (end == engine::FinishReason::kEos || end == engine::FinishReason::kStopToken) {
@@ -36,6 +38,9 @@ std::optional<Ending> OutputProcessor::OnToken(Sequence& seq, int32_t token,
     text = seq.stop->OnText(seq.decoder->Flush()).emit + seq.stop->Flush();
   } else {
     ids.push_back(static_cast<uint32_t>(token));
+    // A token whose text completes a stop sequence is still returned (its id,
+    // not its text), so its logprobs are too.
+    if (logprobs.has_value()) id_logprobs.push_back(*logprobs);
     const auto r = seq.stop->OnText(seq.decoder->Push(token));
     text = r.emit;
     stopped_on_text = r.stopped;
@@ -46,7 +51,7 @@ std::optional<Ending> OutputProcessor::OnToken(Sequence& seq, int32_t token,
       if (!stopped_on_text) text += seq.stop->Flush();
     }
   }
-  if (!ids.empty() || !text.empty()) seq.sink->OnDelta(ids, text);
+  if (!ids.empty() || !text.empty()) seq.sink->OnDelta(ids, text, id_logprobs);
   if (stopped_on_text) return Ending{Status::Ok(), engine::FinishReason::kStopSequence};
   if (end.has_value()) return Ending{Status::Ok(), *end};
   return std::nullopt;

@@ -24,10 +24,14 @@ class OutputProcessor {
  public:
   void set_observer(engine::EngineObserver observer) { observer_ = std::move(observer); }
 
-  // Feeds one sampled token of `seq` through stop matching and streaming.
-  // Returns how the sequence ends when this token ends it (the caller then
-  // frees its blocks and calls Finish); nothing otherwise.
-  std::optional<Ending> OnToken(Sequence& seq, int32_t token, Clock::time_point now);
+  // Feeds one sampled token of `seq` through stop matching and streaming,
+  // with its logprobs when the request asked for them (they travel with the
+  // token id, and are dropped with it when an EOS or stop token is not
+  // returned). Returns how the sequence ends when this token ends it (the
+  // caller then frees its blocks and calls Finish); nothing otherwise.
+  std::optional<Ending> OnToken(Sequence& seq, int32_t token,
+                                const std::optional<engine::TokenLogprob>& logprobs,
+                                Clock::time_point now);
   // One batched decode step of `batch` sequences ran.
   void OnDecodeStep(int64_t batch);
   // Reports the end of `seq` to its sink, with its Usage. Exactly once per

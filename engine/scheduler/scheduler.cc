@@ -220,7 +220,7 @@ void Scheduler::RunStep(const StepPlan& plan) {
     } else {
       seq.next_position = static_cast<int64_t>(seq.prompt.size());
     }
-    const std::optional<Ending> ending = output_.OnToken(seq, *o.token, now);
+    const std::optional<Ending> ending = output_.OnToken(seq, *o.token, o.logprobs, now);
     if (ending.has_value()) {
       Finish(take(), *ending);
     } else if (!was_decoding) {

@@ -91,6 +91,34 @@ TEST(RequestConversionTest, KvCompressionEnums) {
   EXPECT_EQ(CheckEnumValues(r).message(), "kv_compression.method: unknown value 9");
 }
 
+TEST(RequestConversionTest, LogprobOptionsAndResults) {
+  v1::GenerateRequest r;
+  engine::GenerationRequest e = ToEngineRequest(r);
+  EXPECT_FALSE(e.logprobs.enabled);  // unset: off
+  EXPECT_EQ(e.logprobs.top_logprobs, 0u);
+  r.mutable_logprobs()->set_enabled(true);
+  r.mutable_logprobs()->set_top_logprobs(21);  // copied as is: the engine validates
+  e = ToEngineRequest(r);
+  EXPECT_TRUE(e.logprobs.enabled);
+  EXPECT_EQ(e.logprobs.top_logprobs, 21u);
+
+  const std::vector<engine::TokenLogprob> logprobs = {
+      {7, -0.5f, {{7, -0.5f}, {3, -1.5f}}},
+      {9, -2.f, {}},
+  };
+  v1::GenerateResponse response;
+  AddLogprobs(logprobs, response.mutable_logprobs());
+  AddLogprobs({}, response.mutable_logprobs());  // a delta without tokens adds nothing
+  ASSERT_EQ(response.logprobs_size(), 2);
+  EXPECT_EQ(response.logprobs(0).token_id(), 7u);
+  EXPECT_EQ(response.logprobs(0).logprob(), -0.5f);
+  ASSERT_EQ(response.logprobs(0).top_logprobs_size(), 2);
+  EXPECT_EQ(response.logprobs(0).top_logprobs(1).token_id(), 3u);
+  EXPECT_EQ(response.logprobs(0).top_logprobs(1).logprob(), -1.5f);
+  EXPECT_EQ(response.logprobs(1).token_id(), 9u);
+  EXPECT_EQ(response.logprobs(1).top_logprobs_size(), 0);
+}
+
 TEST(RequestConversionTest, FinishReasons) {
   EXPECT_EQ(ToProto(engine::FinishReason::kLength), v1::LENGTH);
   EXPECT_EQ(ToProto(engine::FinishReason::kEos), v1::EOS);

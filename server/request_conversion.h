@@ -22,6 +22,7 @@ engine::GenerationRequest ToEngineRequest(const snapserve::v1::GenerateRequest& 
 Status CheckEnumValues(const snapserve::v1::GenerateRequest& request);
 
 snapserve::v1::FinishReason ToProto(engine::FinishReason reason);
+snapserve::v1::KvCompression::Method ToProto(engine::KvMethod method);
 void FillUsage(const engine::Usage& usage, snapserve::v1::Usage* out);
 void FillModelInfo(const engine::ModelSummary& summary, snapserve::v1::ModelInfo* out);
 

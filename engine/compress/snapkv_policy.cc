@@ -10,10 +10,6 @@ Status Invalid(const char* field, const std::string& why) {
   return Status::InvalidArgument(std::string("kv_compression.") + field + ": " + why);
 }
 
-}  // namespace
-
-namespace {
-
 // SnapKV's own fields (docs/snapkv.md, "Parameters").
 Status ValidateSnapKv(const KvCompressionConfig& config, int64_t max_context) {
   if (config.window < 1) {

@@ -8,6 +8,8 @@ const char* kv_method_name(KvMethod method) {
       return "none";
     case KvMethod::kSnapKv:
       return "snapkv";
+    case KvMethod::kStreamingLlm:
+      return "streaming_llm";
   }
   return "unknown";
 }

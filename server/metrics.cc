@@ -59,7 +59,7 @@ struct Metrics::Families {
         compression_ratio(
             prometheus::BuildHistogram()
                 .Name("snapserve_kv_compression_ratio")
-                .Help("Prompt KV entries before / after SnapKV, per request (1: none)")
+                .Help("Prompt KV entries before / after compression, per request (1: none)")
                 .Register(r)
                 .Add({}, Histogram::BucketBoundaries{1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64})),
         kv_before(prometheus::BuildCounter()

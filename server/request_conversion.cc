@@ -47,12 +47,16 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
     case v1::KvCompression::SNAPKV:
       e.kv_compression.method = engine::KvMethod::kSnapKv;
       break;
+    case v1::KvCompression::STREAMING_LLM:
+      e.kv_compression.method = engine::KvMethod::kStreamingLlm;
+      break;
     default:  // METHOD_UNSPECIFIED: the server default
       break;
   }
   e.kv_compression.window = kv.window_size();
   e.kv_compression.capacity = kv.max_capacity_prompt();
   e.kv_compression.kernel_size = kv.kernel_size();
+  e.kv_compression.sink_tokens = kv.sink_tokens();
   switch (kv.pooling()) {
     case v1::KvCompression::MAX:
       e.kv_compression.pooling = engine::KvPooling::kMax;
@@ -99,6 +103,18 @@ v1::FinishReason ToProto(engine::FinishReason reason) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
+v1::KvCompression::Method ToProto(engine::KvMethod method) {
+  switch (method) {
+    case engine::KvMethod::kNone:
+      return v1::KvCompression::NONE;
+    case engine::KvMethod::kSnapKv:
+      return v1::KvCompression::SNAPKV;
+    case engine::KvMethod::kStreamingLlm:
+      return v1::KvCompression::STREAMING_LLM;
+  }
+  return v1::KvCompression::METHOD_UNSPECIFIED;
+}
+
 void FillUsage(const engine::Usage& u, v1::Usage* out) {
   out->set_prompt_tokens(u.prompt_tokens);
   out->set_completion_tokens(u.completion_tokens);
@@ -137,13 +153,13 @@ void FillModelInfo(const engine::ModelSummary& s, v1::ModelInfo* out) {
   out->set_device(engine::device_name(s.device));
   const engine::KvCompressionConfig& d = s.default_kv_compression;
   auto* kv = out->mutable_default_kv_compression();
-  kv->set_method(d.method == engine::KvMethod::kNone ? v1::KvCompression::NONE
-                                                     : v1::KvCompression::SNAPKV);
+  kv->set_method(ToProto(d.method));
   kv->set_window_size(static_cast<uint32_t>(d.window));
   kv->set_max_capacity_prompt(static_cast<uint32_t>(d.capacity));
   kv->set_kernel_size(static_cast<uint32_t>(d.kernel_size));
   kv->set_pooling(d.pooling == engine::KvPooling::kAvg ? v1::KvCompression::AVG
                                                        : v1::KvCompression::MAX);
+  kv->set_sink_tokens(static_cast<uint32_t>(d.sink_tokens));
   out->set_max_new_tokens_limit(s.max_new_tokens_limit);
   out->set_max_batch_size(s.max_batch_size);
   out->set_kv_cache_capacity_tokens(s.kv_cache_capacity_tokens);

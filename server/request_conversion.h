@@ -23,6 +23,7 @@ engine::GenerationRequest ToEngineRequest(const snapserve::v1::GenerateRequest& 
 Status CheckEnumValues(const snapserve::v1::GenerateRequest& request);
 
 snapserve::v1::FinishReason ToProto(engine::FinishReason reason);
+snapserve::v1::KvCompression::Method ToProto(engine::KvMethod method);
 void FillUsage(const engine::Usage& usage, snapserve::v1::Usage* out);
 // Appends one TokenLogprob per entry of `logprobs`.
 void AddLogprobs(const std::vector<engine::TokenLogprob>& logprobs,

@@ -212,7 +212,7 @@ const std::vector<FlagSpec>& Flags() {
       {"threads", "CPU threads for compute (0: all cores)",
        [](ServerConfig& c, const std::string& v) { return SetInt(c.engine.threads, v, 0, 4096); },
        [](const ServerConfig& c) { return std::to_string(c.engine.threads); }},
-      {"default-kv-method", "KV compression when a request does not say: snapkv|none",
+      {"default-kv-method", "KV compression when a request does not say: snapkv|streaming_llm|none",
        [](ServerConfig& c, const std::string& v) {
          return SetParsed(c.engine.default_kv_compression.method, ParseKvMethod(v));
        },
@@ -247,6 +247,14 @@ const std::vector<FlagSpec>& Flags() {
        [](const ServerConfig& c) {
          return std::string(engine::kv_pooling_name(c.engine.default_kv_compression.pooling));
        }},
+      {"kv-sink-tokens",
+       "StreamingLLM: first prompt positions always kept (attention sinks; counted in C)",
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.engine.default_kv_compression.sink_tokens, v, 0, 1 << 20);
+       },
+       [](const ServerConfig& c) {
+         return std::to_string(c.engine.default_kv_compression.sink_tokens);
+       }},
       {"log-level", "trace|debug|info|warn|error",
        [](ServerConfig& c, const std::string& v) {
          return SetChoice(c.log_level, v, {"trace", "debug", "info", "warn", "error"});
@@ -275,6 +283,13 @@ std::string CheckConsistency(const ServerConfig& c) {
   if (c.engine.default_kv_compression.window >= c.engine.default_kv_compression.capacity) {
     return "--snapkv-window must be less than --snapkv-capacity (" +
            std::to_string(c.engine.default_kv_compression.window) +
+           " >= " + std::to_string(c.engine.default_kv_compression.capacity) + ")";
+  }
+  // Checked whatever the default method: a request choosing StreamingLLM
+  // takes these defaults too.
+  if (c.engine.default_kv_compression.sink_tokens >= c.engine.default_kv_compression.capacity) {
+    return "--kv-sink-tokens must be less than --snapkv-capacity (" +
+           std::to_string(c.engine.default_kv_compression.sink_tokens) +
            " >= " + std::to_string(c.engine.default_kv_compression.capacity) + ")";
   }
   if (c.engine.default_max_new_tokens > c.engine.max_new_tokens_limit)
@@ -313,8 +328,9 @@ int64_t ParseByteSize(const std::string& text) {
 }
 
 StatusOr<engine::KvMethod> ParseKvMethod(const std::string& text) {
-  return ParseNamed(text, {engine::KvMethod::kSnapKv, engine::KvMethod::kNone},
-                    &engine::kv_method_name);
+  return ParseNamed(
+      text, {engine::KvMethod::kSnapKv, engine::KvMethod::kStreamingLlm, engine::KvMethod::kNone},
+      &engine::kv_method_name);
 }
 
 StatusOr<engine::KvPooling> ParseKvPooling(const std::string& text) {

@@ -55,7 +55,7 @@ int64_t ParseByteSize(const std::string& text);
 
 // The engine's enums from their names (engine_types.h): the one place strings
 // become these types. On an unknown string, the error names the accepted
-// values: "expected one of snapkv|none, got 'x'".
+// values: "expected one of snapkv|streaming_llm|none, got 'x'".
 StatusOr<engine::KvMethod> ParseKvMethod(const std::string& text);
 StatusOr<engine::KvPooling> ParseKvPooling(const std::string& text);
 StatusOr<engine::Dtype> ParseDtype(const std::string& text);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/compress/snapkv_selector.h"
+#include "engine/compress/streaming_llm_selector.h"
 #include "engine/sampling/logprobs.h"
 
 namespace snapserve::scheduler {
@@ -19,9 +20,19 @@ Status ModelExecutor::Admit(Sequence& seq) {
   kv::KvSelector selector;
   int64_t query_rows = 0;  // SnapKV's observation window needs the last w queries
   if (compress::ShouldCompress(seq.compression, n)) {
-    seq.snapkv_timer = std::make_shared<compress::SelectionTimer>();
-    selector = compress::MakeSnapKvSelector(seq.compression, seq.snapkv_timer);
-    query_rows = seq.compression.window;
+    switch (seq.compression.method) {
+      case engine::KvMethod::kSnapKv:
+        seq.snapkv_timer = std::make_shared<compress::SelectionTimer>();
+        selector = compress::MakeSnapKvSelector(seq.compression, seq.snapkv_timer);
+        query_rows = seq.compression.window;
+        break;
+      case engine::KvMethod::kStreamingLlm:
+        // No scoring: no queries to keep, and nothing worth timing.
+        selector = compress::MakeStreamingLlmSelector(seq.compression);
+        break;
+      case engine::KvMethod::kNone:
+        break;
+    }
   }
   const Status added = cache_.AddSequence(seq.id, seq.reserve_tokens, selector);
   // Admission checked the blocks, so a failure here is an engine fault.

@@ -43,7 +43,7 @@ class ModelExecutor {
  public:
   ModelExecutor(model::LlamaModel& model, kv::PagedKvCache& cache);
 
-  // Reserves the admitted sequence's blocks, installs its SnapKV selector and
+  // Reserves the admitted sequence's blocks, installs its compression selector and
   // begins its prompt. Not OK (INTERNAL) when the reservation that admission
   // checked fails after all.
   Status Admit(Sequence& seq);

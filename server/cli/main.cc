@@ -2,7 +2,8 @@
 //   snapserve-cli [--target=host:port] [--ca=ca.pem] health
 //   snapserve-cli info
 //   snapserve-cli tokenize "text"
-//   snapserve-cli generate [--max-new-tokens=N] [--temperature=T] [--kv=snapkv|none] "prompt"
+//   snapserve-cli generate [--max-new-tokens=N] [--temperature=T]
+//                          [--kv=snapkv|streaming_llm|none] "prompt"
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -24,16 +25,16 @@ namespace {
 namespace v1 = snapserve::v1;
 
 int Usage() {
-  std::fprintf(
-      stderr,
-      "usage: snapserve-cli [--target=HOST:PORT] [--ca=PEM] [--timeout=SECONDS] COMMAND\n"
-      "commands:\n"
-      "  health                      grpc.health.v1 status of the server\n"
-      "  info                        the served model and limits\n"
-      "  tokenize TEXT               token ids of TEXT\n"
-      "  generate [opts] PROMPT      stream a completion to the terminal\n"
-      "     --max-new-tokens=N --temperature=T --top-k=K --top-p=P --seed=S\n"
-      "     --kv=snapkv|none --capacity=C --window=W --chat (send PROMPT as a user message)\n");
+  std::fprintf(stderr,
+               "usage: snapserve-cli [--target=HOST:PORT] [--ca=PEM] [--timeout=SECONDS] COMMAND\n"
+               "commands:\n"
+               "  health                      grpc.health.v1 status of the server\n"
+               "  info                        the served model and limits\n"
+               "  tokenize TEXT               token ids of TEXT\n"
+               "  generate [opts] PROMPT      stream a completion to the terminal\n"
+               "     --max-new-tokens=N --temperature=T --top-k=K --top-p=P --seed=S\n"
+               "     --kv=snapkv|streaming_llm|none --capacity=C --window=W --sink=S --chat (send "
+               "PROMPT as a user message)\n");
   return 2;
 }
 
@@ -168,9 +169,13 @@ int main(int argc, char** argv) {
     if (opts.count("top-p")) req.mutable_sampling()->set_top_p(std::stof(opts["top-p"]));
     if (opts.count("seed")) req.mutable_sampling()->set_seed(std::stoull(opts["seed"]));
     if (opts.count("kv")) {
-      req.mutable_kv_compression()->set_method(opts["kv"] == "none" ? v1::KvCompression::NONE
-                                                                    : v1::KvCompression::SNAPKV);
+      const std::string& kv = opts["kv"];
+      req.mutable_kv_compression()->set_method(kv == "none" ? v1::KvCompression::NONE
+                                               : kv == "streaming_llm"
+                                                   ? v1::KvCompression::STREAMING_LLM
+                                                   : v1::KvCompression::SNAPKV);
     }
+    if (opts.count("sink")) req.mutable_kv_compression()->set_sink_tokens(std::stoul(opts["sink"]));
     if (opts.count("capacity"))
       req.mutable_kv_compression()->set_max_capacity_prompt(std::stoul(opts["capacity"]));
     if (opts.count("window"))

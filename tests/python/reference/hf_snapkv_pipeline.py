@@ -159,6 +159,17 @@ class SnapKVPipeline:
             positions.append(pos)
         return Compressed(keys, values, positions)
 
+    def keep(self, pre, positions):
+        """Any policy's selection: per layer, the positions [Hkv, m] (numpy
+        int64, increasing) each KV head keeps of the prompt cache."""
+        keys, values = [], []
+        heads = torch.arange(self.num_kv_heads)[:, None]
+        for layer in range(self.num_layers):
+            idx = torch.from_numpy(positions[layer])
+            keys.append(pre.keys[layer][heads, idx].contiguous())
+            values.append(pre.values[layer][heads, idx].contiguous())
+        return Compressed(keys, values, list(positions))
+
     def full(self, pre):
         """The uncompressed prompt cache (baseline)."""
         return Compressed(list(pre.keys), list(pre.values), [None] * self.num_layers)

@@ -87,6 +87,13 @@ TEST(RequestConversionTest, KvCompressionEnums) {
   EXPECT_EQ(e.kv_compression.pooling, engine::KvPooling::kMax);
   EXPECT_TRUE(CheckEnumValues(r).ok());
 
+  r.mutable_kv_compression()->set_method(v1::KvCompression::STREAMING_LLM);
+  r.mutable_kv_compression()->set_sink_tokens(2);
+  e = ToEngineRequest(r);
+  EXPECT_EQ(e.kv_compression.method, engine::KvMethod::kStreamingLlm);
+  EXPECT_EQ(e.kv_compression.sink_tokens, 2u);
+  EXPECT_TRUE(CheckEnumValues(r).ok());
+
   r.mutable_kv_compression()->set_method(static_cast<v1::KvCompression::Method>(9));
   EXPECT_EQ(CheckEnumValues(r).message(), "kv_compression.method: unknown value 9");
 }
@@ -143,6 +150,12 @@ TEST(RequestConversionTest, ModelInfoSpellsTheEngineTypes) {
   EXPECT_EQ(info.default_kv_compression().window_size(), 16u);
   EXPECT_EQ(info.default_kv_compression().max_capacity_prompt(), 1024u);
   EXPECT_EQ(info.default_kv_compression().kernel_size(), 7u);
+  EXPECT_EQ(info.default_kv_compression().sink_tokens(), 4u);
+
+  s.default_kv_compression.method = engine::KvMethod::kStreamingLlm;
+  FillModelInfo(s, &info);
+  EXPECT_EQ(info.default_kv_compression().method(), v1::KvCompression::STREAMING_LLM);
+  EXPECT_EQ(ToProto(engine::KvMethod::kSnapKv), v1::KvCompression::SNAPKV);
 }
 
 }  // namespace

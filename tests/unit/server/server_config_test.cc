@@ -35,6 +35,7 @@ TEST(ServerConfigTest, DefaultsMatchTheDesign) {
   EXPECT_EQ(kv.capacity, 1024);
   EXPECT_EQ(kv.kernel_size, 7);
   EXPECT_EQ(kv.pooling, engine::KvPooling::kMax);
+  EXPECT_EQ(kv.sink_tokens, 4);  // StreamingLLM's paper value
   EXPECT_EQ(r.config.engine.dtype, engine::Dtype::kFloat32);
   EXPECT_EQ(r.config.engine.device, engine::Device::Cpu());
 }
@@ -65,11 +66,16 @@ TEST(ServerConfigTest, DefaultsAreTheEngineDefaults) {
 TEST(ServerConfigTest, EveryKvMethodName) {
   EXPECT_EQ(*ParseKvMethod("snapkv"), engine::KvMethod::kSnapKv);
   EXPECT_EQ(*ParseKvMethod("none"), engine::KvMethod::kNone);
+  EXPECT_EQ(*ParseKvMethod("streaming_llm"), engine::KvMethod::kStreamingLlm);
+  EXPECT_EQ(
+      Parse({"--default-kv-method=streaming_llm"}).config.engine.default_kv_compression.method,
+      engine::KvMethod::kStreamingLlm);
   EXPECT_EQ(Parse({"--default-kv-method=none"}).config.engine.default_kv_compression.method,
             engine::KvMethod::kNone);
   EXPECT_EQ(Parse({"--default-kv-method=snapkv"}).config.engine.default_kv_compression.method,
             engine::KvMethod::kSnapKv);
-  for (engine::KvMethod m : {engine::KvMethod::kNone, engine::KvMethod::kSnapKv}) {
+  for (engine::KvMethod m :
+       {engine::KvMethod::kNone, engine::KvMethod::kSnapKv, engine::KvMethod::kStreamingLlm}) {
     EXPECT_EQ(*ParseKvMethod(engine::kv_method_name(m)), m);  // names round-trip
   }
 }
@@ -129,7 +135,7 @@ TEST(ServerConfigTest, UnknownNamesListTheAcceptedValues) {
   };
   for (const Case& c : {
            Case{"--default-kv-method=h2o",
-                "--default-kv-method: expected one of snapkv|none, got 'h2o'"},
+                "--default-kv-method: expected one of snapkv|streaming_llm|none, got 'h2o'"},
            Case{"--snapkv-pooling=min", "--snapkv-pooling: expected one of max|avg, got 'min'"},
            Case{"--dtype=int8", "--dtype: expected one of float32|bfloat16|float16, got 'int8'"},
            Case{"--device=tpu", "--device: expected cpu, cuda or cuda:N, got 'tpu'"},
@@ -142,7 +148,8 @@ TEST(ServerConfigTest, UnknownNamesListTheAcceptedValues) {
   }
   ParseResult env = Parse({}, {{"SNAPSERVE_DEFAULT_KV_METHOD", "None"}});
   EXPECT_EQ(env.exit_code, 2);
-  EXPECT_EQ(env.message, "SNAPSERVE_DEFAULT_KV_METHOD: expected one of snapkv|none, got 'None'");
+  EXPECT_EQ(env.message,
+            "SNAPSERVE_DEFAULT_KV_METHOD: expected one of snapkv|streaming_llm|none, got 'None'");
   EXPECT_FALSE(ParseKvMethod("").ok());
   EXPECT_FALSE(ParseKvPooling("MAX").ok());
   EXPECT_FALSE(ParseDtype("fp16").ok());
@@ -205,6 +212,12 @@ TEST(ServerConfigTest, BadValuesNameTheFlag) {
   r = Parse({"--snapkv-window=32", "--snapkv-capacity=32"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.message.find("--snapkv-window"), std::string::npos) << r.message;
+
+  // Whatever the default method: a request may choose StreamingLLM.
+  r = Parse({"--kv-sink-tokens=64", "--snapkv-window=8", "--snapkv-capacity=64"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.message, "--kv-sink-tokens must be less than --snapkv-capacity (64 >= 64)");
+  EXPECT_EQ(Parse({"--kv-sink-tokens=0"}).config.engine.default_kv_compression.sink_tokens, 0);
 }
 
 TEST(ServerConfigTest, BadValuesAreEchoedBounded) {

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "engine/common/bounded_text.h"
+#include "engine/model/gguf_extents.h"
 
 namespace snapserve::model {
 namespace {
@@ -31,7 +32,9 @@ enum ValueType : uint32_t {
   kF64 = 12,
 };
 
-constexpr uint32_t kMaxDims = 4;     // GGML_MAX_DIMS
+constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
+// GGML_MAX_NAME is 64 bytes with the terminating NUL; llama.cpp refuses longer.
+constexpr size_t kMaxTensorName = 63;
 constexpr int kMaxArrayNesting = 8;  // guards the recursion on nested arrays
 constexpr uint64_t kMaxAlignment = 1 << 20;
 // Real vocabularies and merge lists hold at most a few million entries; a
@@ -340,43 +343,38 @@ Status GgufFile::Parse() {
   for (uint64_t i = 0; i < tensor_count; ++i) {
     GgufTensorInfo t;
     if (!cur.ReadString(&t.name)) return parser.Truncated("name of tensor " + std::to_string(i));
-    const std::string label = "tensor '" + Bounded(t.name) + "'";
+    if (t.name.size() > kMaxTensorName) {
+      // Most often the sign of a corrupt tensor table: a length read from
+      // the middle of another field.
+      return parser.Error("tensor " + std::to_string(i) + "'s name '" + Bounded(t.name, 64) +
+                          "' is " + std::to_string(t.name.size()) + " bytes long (ggml allows " +
+                          std::to_string(kMaxTensorName) + ")");
+    }
+    const std::string label = "tensor '" + t.name + "'";
     uint32_t n_dims;
     if (!cur.Read(&n_dims)) return parser.Truncated(label);
     if (n_dims > kMaxDims) {
       return parser.Error(label + " has " + std::to_string(n_dims) + " dimensions (max 4)");
     }
-    uint64_t elements = 1;
-    bool overflow = false;
+    bool absurd_dim = false;
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t dim;
       if (!cur.Read(&dim)) return parser.Truncated(label);
-      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
-      if (dim != 0 && elements > std::numeric_limits<uint64_t>::max() / dim) overflow = true;
-      elements *= dim;
+      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) absurd_dim = true;
       t.dims.push_back(static_cast<int64_t>(dim));
     }
     if (!cur.Read(&t.type) || !cur.Read(&t.offset)) return parser.Truncated(label);
-    if (overflow || elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return parser.Error(label + " has an absurd shape");
-    }
+    if (absurd_dim) return parser.Error(label + " has an absurd shape");
     if (t.offset % alignment_ != 0) {
       return parser.Error(label + " offset " + std::to_string(t.offset) + " is not aligned to " +
                           std::to_string(alignment_));
     }
-    t.nbytes = 0;
+    t.nbytes = 0;  // unknown types: size unknown; the loader refuses them
     if (std::optional<GgufBlockSize> bs = GgufTypeBlockSize(t.type)) {
-      int64_t ne0 = t.dims.empty() ? 1 : t.dims[0];
-      if (ne0 % bs->elements != 0) {
-        return parser.Error(label + " of type " + GgufTypeName(t.type) +
-                            " has ne[0]=" + std::to_string(ne0) +
-                            ", not a multiple of its block size " + std::to_string(bs->elements));
-      }
-      uint64_t blocks = elements / static_cast<uint64_t>(bs->elements);
-      if (blocks > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(bs->bytes)) {
-        return parser.Error(label + " has an absurd size");
-      }
-      t.nbytes = blocks * static_cast<uint64_t>(bs->bytes);
+      std::string why;
+      std::optional<uint64_t> nbytes = TensorByteSize(t.dims, bs->elements, bs->bytes, &why);
+      if (!nbytes) return parser.Error(label + " of type " + GgufTypeName(t.type) + " " + why);
+      t.nbytes = *nbytes;
     }
     if (!tensor_index_.emplace(t.name, tensors_.size()).second) {
       return parser.Error("duplicate " + label);
@@ -390,12 +388,24 @@ Status GgufFile::Parse() {
   if (tensor_count > 0 && data_offset_ > size_) {
     return parser.Error("data section starts past end of file");
   }
-  uint64_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
-  for (GgufTensorInfo& t : tensors_) {
-    if (t.offset > data_size || t.nbytes > data_size - t.offset) {
-      return parser.Error("tensor '" + Bounded(t.name) + "' extends past end of file");
+  const uint64_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
+  std::vector<TensorExtent> extents;
+  bool all_sizes_known = true;
+  for (const GgufTensorInfo& t : tensors_) {
+    if (GgufTypeBlockSize(t.type)) {
+      extents.push_back({t.name, t.offset, t.nbytes});
+    } else {
+      all_sizes_known = false;
     }
-    t.data = map_ + data_offset_ + t.offset;
+  }
+  if (Status s = CheckTensorExtents(std::move(extents), data_size, alignment_, all_sizes_known);
+      !s.ok()) {
+    return parser.Error(s.message());
+  }
+  for (GgufTensorInfo& t : tensors_) {
+    // Unknown types have no checked extent: point at the section's start
+    // rather than at an offset that may lie past the mapping.
+    t.data = map_ + data_offset_ + (GgufTypeBlockSize(t.type) ? t.offset : 0);
   }
   return Status::Ok();
 }

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 
-#include "engine/common/bounded_text.h"
+#include "engine/model/gguf_file.h"
 
 namespace snapserve::model {
 namespace {
 
-std::string Quoted(const std::string& name) { return "tensor '" + Bounded(name, 64) + "'"; }
+std::string Quoted(const std::string& name) { return "tensor '" + ShownName(name) + "'"; }
 
 std::string Range(const TensorExtent& e) {
   return "[" + std::to_string(e.offset) + ", " + std::to_string(e.offset + e.nbytes) + ")";

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <limits>
 
-#include "engine/common/bounded_text.h"
 #include "engine/model/gguf_extents.h"
 
 namespace snapserve::model {
@@ -129,33 +128,33 @@ class Parser {
         return ReadInt<int64_t>(key, out);
       case kF32: {
         float v;
-        if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
+        if (!cur_->Read(&v)) return Truncated("value of '" + ShownName(key) + "'");
         *out = static_cast<double>(v);
         return Status::Ok();
       }
       case kF64: {
         double v;
-        if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
+        if (!cur_->Read(&v)) return Truncated("value of '" + ShownName(key) + "'");
         *out = v;
         return Status::Ok();
       }
       case kBool: {
         uint8_t v;
-        if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
-        if (v > 1) return Error("bool '" + Bounded(key) + "' has value " + std::to_string(v));
+        if (!cur_->Read(&v)) return Truncated("value of '" + ShownName(key) + "'");
+        if (v > 1) return Error("bool '" + ShownName(key) + "' has value " + std::to_string(v));
         *out = v != 0;
         return Status::Ok();
       }
       case kString: {
         std::string s;
-        if (!cur_->ReadString(&s)) return Truncated("string '" + Bounded(key) + "'");
+        if (!cur_->ReadString(&s)) return Truncated("string '" + ShownName(key) + "'");
         *out = std::move(s);
         return Status::Ok();
       }
       case kArray:
         return ReadArray(key, depth, out);
       default:
-        return Error("metadata '" + Bounded(key) + "' has unknown value type " +
+        return Error("metadata '" + ShownName(key) + "' has unknown value type " +
                      std::to_string(type));
     }
   }
@@ -164,7 +163,7 @@ class Parser {
   template <typename T>
   Status ReadInt(const std::string& key, GgufValue* out) {
     T v;
-    if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
+    if (!cur_->Read(&v)) return Truncated("value of '" + ShownName(key) + "'");
     if constexpr (std::is_signed_v<T>) {
       *out = static_cast<int64_t>(v);
     } else {
@@ -174,18 +173,18 @@ class Parser {
   }
 
   Status ReadArray(const std::string& key, int depth, GgufValue* out) {
-    if (depth >= kMaxArrayNesting) return Error("array '" + Bounded(key) + "' nested too deeply");
+    if (depth >= kMaxArrayNesting) return Error("array '" + ShownName(key) + "' nested too deeply");
     uint32_t elem_type;
     uint64_t count;
     if (!cur_->Read(&elem_type) || !cur_->Read(&count))
-      return Truncated("array '" + Bounded(key) + "'");
+      return Truncated("array '" + ShownName(key) + "'");
     uint64_t min_size = MinEncodedSize(elem_type);
     if (min_size == 0) {
-      return Error("array '" + Bounded(key) + "' has unknown element type " +
+      return Error("array '" + ShownName(key) + "' has unknown element type " +
                    std::to_string(elem_type));
     }
     if (count > cur_->left() / min_size || count > kMaxArrayCount) {
-      return Error("array '" + Bounded(key) + "' claims " + std::to_string(count) +
+      return Error("array '" + ShownName(key) + "' claims " + std::to_string(count) +
                    " elements, which do not fit in the file");
     }
     GgufArray array;
@@ -254,6 +253,22 @@ const TypeTraits* FindType(uint32_t type) {
 }
 
 }  // namespace
+
+std::string ShownName(std::string_view name) {
+  constexpr size_t kMaxShown = 100;
+  std::string out;
+  for (char c : name.substr(0, kMaxShown)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[byte >> 4], kHex[byte & 15]};
+    }
+  }
+  if (name.size() > kMaxShown) out += "...(" + std::to_string(name.size()) + " bytes)";
+  return out;
+}
 
 std::string GgufTypeName(uint32_t type) {
   const TypeTraits* t = FindType(type);
@@ -324,7 +339,7 @@ Status GgufFile::Parse() {
       return parser.Truncated("key of metadata entry " + std::to_string(i));
     }
     uint32_t type;
-    if (!cur.Read(&type)) return parser.Truncated("type of '" + Bounded(key) + "'");
+    if (!cur.Read(&type)) return parser.Truncated("type of '" + ShownName(key) + "'");
     GgufValue value;
     SNAPSERVE_RETURN_IF_ERROR(parser.ReadValue(type, key, 0, &value));
     if (!metadata_.emplace(std::move(key), std::move(value)).second) {
@@ -346,11 +361,11 @@ Status GgufFile::Parse() {
     if (t.name.size() > kMaxTensorName) {
       // Most often the sign of a corrupt tensor table: a length read from
       // the middle of another field.
-      return parser.Error("tensor " + std::to_string(i) + "'s name '" + Bounded(t.name, 64) +
+      return parser.Error("tensor " + std::to_string(i) + "'s name '" + ShownName(t.name) +
                           "' is " + std::to_string(t.name.size()) + " bytes long (ggml allows " +
                           std::to_string(kMaxTensorName) + ")");
     }
-    const std::string label = "tensor '" + t.name + "'";
+    const std::string label = "tensor '" + ShownName(t.name) + "'";
     uint32_t n_dims;
     if (!cur.Read(&n_dims)) return parser.Truncated(label);
     if (n_dims > kMaxDims) {

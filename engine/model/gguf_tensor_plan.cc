@@ -81,7 +81,7 @@ Status CheckGgufTensorTable(const GgufFile& file, const ModelConfig& config) {
   // (layers beyond block_count, a renamed or foreign tensor).
   for (const GgufTensorInfo& t : file.tensors()) {
     if (expected_names.count(t.name) == 0) {
-      return bad("tensor '" + t.name + "' is not part of a " + config.architecture +
+      return bad("tensor '" + ShownName(t.name) + "' is not part of a " + config.architecture +
                  " model with " + std::to_string(config.num_layers) +
                  " layers (an unknown tensor, or the metadata's block_count is wrong)");
     }

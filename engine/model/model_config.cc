@@ -108,6 +108,18 @@ Status ModelConfig::Validate(const std::string& source) const {
                ") must divide num_attention_heads (" + std::to_string(num_heads) + ")");
   }
   if (head_dim % 2 != 0) return bad("head_dim must be even (RoPE rotates pairs)");
+  // An id the embedding has no row for: BOS would fail every prompt, an EOS
+  // could never be sampled and generation would never stop on it.
+  if (bos_token_id < -1 || bos_token_id >= vocab) {
+    return bad("bos_token_id " + std::to_string(bos_token_id) +
+               " is outside the vocabulary (vocab_size " + std::to_string(vocab) + ")");
+  }
+  for (int64_t eos : eos_token_ids) {
+    if (eos < 0 || eos >= vocab) {
+      return bad("eos_token_id " + std::to_string(eos) + " is outside the vocabulary (vocab_size " +
+                 std::to_string(vocab) + ")");
+    }
+  }
   // NaN and infinity pass a `<= 0` test; each would turn every logit into NaN.
   const auto positive_finite = [&](const char* name, double v) -> Status {
     if (std::isfinite(v) && v > 0) return Status::Ok();

@@ -331,6 +331,8 @@ BAD_MODEL_FILES = [
      ["num_key_value_heads (2) must divide num_attention_heads (9)"]),
     ("head_count_changed", [(_value("llama.attention.head_count"), "<I", _const(8))],
      ["partial rotary embeddings"]),  # 576 / 8 = 72 != rope.dimension_count 64
+    ("eos_outside_vocab", [(_value("tokenizer.ggml.eos_token_id"), "<I", _const(70000))],
+     ["eos_token_id 70000 is outside the vocabulary (vocab_size 49152)"]),
     ("overlapping_tensors",
      [(_tensor("blk.0.ffn_gate.weight", "offset"), "<Q", lambda lay: lay.data_offset(DOWN))],
      [f"tensor '{DOWN}'", "overlaps tensor 'blk.0.ffn_gate.weight'"]),

@@ -110,6 +110,11 @@ TEST(ModelConfigTest, ValidateRefusesNonFiniteFloatsAndAbsurdCounts) {
       {[](ModelConfig* c) { c->num_layers = int64_t{1} << 40; }, "num_hidden_layers is"},
       {[](ModelConfig* c) { c->vocab = int64_t{1} << 30; }, "vocab_size is"},
       {[](ModelConfig* c) { c->hidden = -5; }, "hidden_size is -5"},
+      {[](ModelConfig* c) { c->bos_token_id = 100; }, "bos_token_id 100 is outside the vocab"},
+      {[](ModelConfig* c) {
+         c->eos_token_ids = {2, 70000};
+       },
+       "eos_token_id 70000 is outside"},
   };
   for (const auto& tc : cases) {
     ModelConfig c = *base;

@@ -4,10 +4,12 @@
 #include <ATen/Parallel.h>
 
 #include <atomic>
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <unordered_set>
 
+#include "engine/common/bounded_text.h"
 #include "engine/compress/snapkv_policy.h"
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/model/gguf_file.h"
@@ -112,9 +114,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
                                    " requested but CUDA is not available");
   }
 
-  SNAPSERVE_ASSIGN_OR_RETURN(
-      impl->model, model::LoadModel(options.model_path, dtype, device, log, options.quantized_dot));
-  SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));
+  // Loaders report a bad file as a Status; this catch is the backstop that
+  // keeps an exception they missed (std::bad_alloc on a corrupt size, a
+  // library's own error type) from ending the process without a word.
+  try {
+    SNAPSERVE_ASSIGN_OR_RETURN(impl->model, model::LoadModel(options.model_path, dtype, device, log,
+                                                             options.quantized_dot));
+    SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));
+  } catch (const std::exception& e) {
+    return Status::Internal(options.model_path + ": loading failed: " + Bounded(e.what(), 1000));
+  }
   const model::ModelConfig& mc = impl->model->config();
 
   // Server defaults must be valid on their own (an empty request takes them all).

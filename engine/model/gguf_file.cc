@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-#include "engine/common/bounded_text.h"
+#include "engine/model/gguf_extents.h"
 
 namespace snapserve::model {
 namespace {
@@ -31,7 +31,9 @@ enum ValueType : uint32_t {
   kF64 = 12,
 };
 
-constexpr uint32_t kMaxDims = 4;     // GGML_MAX_DIMS
+constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
+// GGML_MAX_NAME is 64 bytes with the terminating NUL; llama.cpp refuses longer.
+constexpr size_t kMaxTensorName = 63;
 constexpr int kMaxArrayNesting = 8;  // guards the recursion on nested arrays
 constexpr uint64_t kMaxAlignment = 1 << 20;
 // Real vocabularies and merge lists hold at most a few million entries; a
@@ -126,33 +128,33 @@ class Parser {
         return ReadInt<int64_t>(key, out);
       case kF32: {
         float v;
-        if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
+        if (!cur_->Read(&v)) return Truncated("value of '" + ShownName(key) + "'");
         *out = static_cast<double>(v);
         return Status::Ok();
       }
       case kF64: {
         double v;
-        if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
+        if (!cur_->Read(&v)) return Truncated("value of '" + ShownName(key) + "'");
         *out = v;
         return Status::Ok();
       }
       case kBool: {
         uint8_t v;
-        if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
-        if (v > 1) return Error("bool '" + Bounded(key) + "' has value " + std::to_string(v));
+        if (!cur_->Read(&v)) return Truncated("value of '" + ShownName(key) + "'");
+        if (v > 1) return Error("bool '" + ShownName(key) + "' has value " + std::to_string(v));
         *out = v != 0;
         return Status::Ok();
       }
       case kString: {
         std::string s;
-        if (!cur_->ReadString(&s)) return Truncated("string '" + Bounded(key) + "'");
+        if (!cur_->ReadString(&s)) return Truncated("string '" + ShownName(key) + "'");
         *out = std::move(s);
         return Status::Ok();
       }
       case kArray:
         return ReadArray(key, depth, out);
       default:
-        return Error("metadata '" + Bounded(key) + "' has unknown value type " +
+        return Error("metadata '" + ShownName(key) + "' has unknown value type " +
                      std::to_string(type));
     }
   }
@@ -161,7 +163,7 @@ class Parser {
   template <typename T>
   Status ReadInt(const std::string& key, GgufValue* out) {
     T v;
-    if (!cur_->Read(&v)) return Truncated("value of '" + Bounded(key) + "'");
+    if (!cur_->Read(&v)) return Truncated("value of '" + ShownName(key) + "'");
     if constexpr (std::is_signed_v<T>) {
       *out = static_cast<int64_t>(v);
     } else {
@@ -171,18 +173,18 @@ class Parser {
   }
 
   Status ReadArray(const std::string& key, int depth, GgufValue* out) {
-    if (depth >= kMaxArrayNesting) return Error("array '" + Bounded(key) + "' nested too deeply");
+    if (depth >= kMaxArrayNesting) return Error("array '" + ShownName(key) + "' nested too deeply");
     uint32_t elem_type;
     uint64_t count;
     if (!cur_->Read(&elem_type) || !cur_->Read(&count))
-      return Truncated("array '" + Bounded(key) + "'");
+      return Truncated("array '" + ShownName(key) + "'");
     uint64_t min_size = MinEncodedSize(elem_type);
     if (min_size == 0) {
-      return Error("array '" + Bounded(key) + "' has unknown element type " +
+      return Error("array '" + ShownName(key) + "' has unknown element type " +
                    std::to_string(elem_type));
     }
     if (count > cur_->left() / min_size || count > kMaxArrayCount) {
-      return Error("array '" + Bounded(key) + "' claims " + std::to_string(count) +
+      return Error("array '" + ShownName(key) + "' claims " + std::to_string(count) +
                    " elements, which do not fit in the file");
     }
     GgufArray array;
@@ -251,6 +253,22 @@ const TypeTraits* FindType(uint32_t type) {
 }
 
 }  // namespace
+
+std::string ShownName(std::string_view name) {
+  constexpr size_t kMaxShown = 100;
+  std::string out;
+  for (char c : name.substr(0, kMaxShown)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[byte >> 4], kHex[byte & 15]};
+    }
+  }
+  if (name.size() > kMaxShown) out += "...(" + std::to_string(name.size()) + " bytes)";
+  return out;
+}
 
 std::string GgufTypeName(uint32_t type) {
   const TypeTraits* t = FindType(type);
@@ -321,7 +339,7 @@ Status GgufFile::Parse() {
       return parser.Truncated("key of metadata entry " + std::to_string(i));
     }
     uint32_t type;
-    if (!cur.Read(&type)) return parser.Truncated("type of '" + Bounded(key) + "'");
+    if (!cur.Read(&type)) return parser.Truncated("type of '" + ShownName(key) + "'");
     GgufValue value;
     SNAPSERVE_RETURN_IF_ERROR(parser.ReadValue(type, key, 0, &value));
     if (!metadata_.emplace(std::move(key), std::move(value)).second) {
@@ -340,43 +358,38 @@ Status GgufFile::Parse() {
   for (uint64_t i = 0; i < tensor_count; ++i) {
     GgufTensorInfo t;
     if (!cur.ReadString(&t.name)) return parser.Truncated("name of tensor " + std::to_string(i));
-    const std::string label = "tensor '" + Bounded(t.name) + "'";
+    if (t.name.size() > kMaxTensorName) {
+      // Most often the sign of a corrupt tensor table: a length read from
+      // the middle of another field.
+      return parser.Error("tensor " + std::to_string(i) + "'s name '" + ShownName(t.name) +
+                          "' is " + std::to_string(t.name.size()) + " bytes long (ggml allows " +
+                          std::to_string(kMaxTensorName) + ")");
+    }
+    const std::string label = "tensor '" + ShownName(t.name) + "'";
     uint32_t n_dims;
     if (!cur.Read(&n_dims)) return parser.Truncated(label);
     if (n_dims > kMaxDims) {
       return parser.Error(label + " has " + std::to_string(n_dims) + " dimensions (max 4)");
     }
-    uint64_t elements = 1;
-    bool overflow = false;
+    bool absurd_dim = false;
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t dim;
       if (!cur.Read(&dim)) return parser.Truncated(label);
-      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
-      if (dim != 0 && elements > std::numeric_limits<uint64_t>::max() / dim) overflow = true;
-      elements *= dim;
+      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) absurd_dim = true;
       t.dims.push_back(static_cast<int64_t>(dim));
     }
     if (!cur.Read(&t.type) || !cur.Read(&t.offset)) return parser.Truncated(label);
-    if (overflow || elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return parser.Error(label + " has an absurd shape");
-    }
+    if (absurd_dim) return parser.Error(label + " has an absurd shape");
     if (t.offset % alignment_ != 0) {
       return parser.Error(label + " offset " + std::to_string(t.offset) + " is not aligned to " +
                           std::to_string(alignment_));
     }
-    t.nbytes = 0;
+    t.nbytes = 0;  // unknown types: size unknown; the loader refuses them
     if (std::optional<GgufBlockSize> bs = GgufTypeBlockSize(t.type)) {
-      int64_t ne0 = t.dims.empty() ? 1 : t.dims[0];
-      if (ne0 % bs->elements != 0) {
-        return parser.Error(label + " of type " + GgufTypeName(t.type) +
-                            " has ne[0]=" + std::to_string(ne0) +
-                            ", not a multiple of its block size " + std::to_string(bs->elements));
-      }
-      uint64_t blocks = elements / static_cast<uint64_t>(bs->elements);
-      if (blocks > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(bs->bytes)) {
-        return parser.Error(label + " has an absurd size");
-      }
-      t.nbytes = blocks * static_cast<uint64_t>(bs->bytes);
+      std::string why;
+      std::optional<uint64_t> nbytes = TensorByteSize(t.dims, bs->elements, bs->bytes, &why);
+      if (!nbytes) return parser.Error(label + " of type " + GgufTypeName(t.type) + " " + why);
+      t.nbytes = *nbytes;
     }
     if (!tensor_index_.emplace(t.name, tensors_.size()).second) {
       return parser.Error("duplicate " + label);
@@ -390,12 +403,24 @@ Status GgufFile::Parse() {
   if (tensor_count > 0 && data_offset_ > size_) {
     return parser.Error("data section starts past end of file");
   }
-  uint64_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
-  for (GgufTensorInfo& t : tensors_) {
-    if (t.offset > data_size || t.nbytes > data_size - t.offset) {
-      return parser.Error("tensor '" + Bounded(t.name) + "' extends past end of file");
+  const uint64_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
+  std::vector<TensorExtent> extents;
+  bool all_sizes_known = true;
+  for (const GgufTensorInfo& t : tensors_) {
+    if (GgufTypeBlockSize(t.type)) {
+      extents.push_back({t.name, t.offset, t.nbytes});
+    } else {
+      all_sizes_known = false;
     }
-    t.data = map_ + data_offset_ + t.offset;
+  }
+  if (Status s = CheckTensorExtents(std::move(extents), data_size, alignment_, all_sizes_known);
+      !s.ok()) {
+    return parser.Error(s.message());
+  }
+  for (GgufTensorInfo& t : tensors_) {
+    // Unknown types have no checked extent: point at the section's start
+    // rather than at an offset that may lie past the mapping.
+    t.data = map_ + data_offset_ + (GgufTypeBlockSize(t.type) ? t.offset : 0);
   }
   return Status::Ok();
 }

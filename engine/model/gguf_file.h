@@ -45,6 +45,12 @@ enum class GgufType : uint32_t {
   kBF16 = 30,
 };
 
+// A key or tensor name from a file as error messages show it: its first 100
+// bytes, printable ASCII kept and every other byte as \xNN (a corrupt name
+// is often binary, and an error line must stay valid text), then
+// "...(N bytes)" when it was longer.
+std::string ShownName(std::string_view name);
+
 // "F32", "Q4_1", ... or "unknown(<id>)" for an id ggml does not define.
 std::string GgufTypeName(uint32_t type);
 

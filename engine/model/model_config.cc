@@ -1,5 +1,6 @@
 #include "engine/model/model_config.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -76,21 +77,66 @@ Status ModelConfig::Validate(const std::string& source) const {
     return Status::Unimplemented(source + ": architecture `" + Bounded(architecture) +
                                  "` is not supported (llama, mistral are)");
   }
-  if (num_layers <= 0) return bad("num_hidden_layers must be positive");
-  if (hidden <= 0) return bad("hidden_size must be positive");
-  if (intermediate <= 0) return bad("intermediate_size must be positive");
-  if (num_heads <= 0) return bad("num_attention_heads must be positive");
-  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) {
-    return bad("num_key_value_heads must be positive and divide num_attention_heads");
+  // Upper bounds far above any released model (Llama 3.1 405B: 126 layers,
+  // hidden 16384, intermediate 53248, 128 heads, vocab 128256) but low enough
+  // that products of them (q rows, KV bytes per token, matrix sizes) cannot
+  // overflow int64: a corrupt count fails here, naming the field, instead of
+  // as a bad allocation later.
+  struct Bound {
+    const char* name;
+    int64_t value;
+    int64_t max;
+  };
+  const Bound bounds[] = {
+      {"num_hidden_layers", num_layers, 1 << 12},
+      {"hidden_size", hidden, 1 << 18},
+      {"intermediate_size", intermediate, 1 << 20},
+      {"num_attention_heads", num_heads, 1 << 12},
+      {"num_key_value_heads", num_kv_heads, 1 << 12},
+      {"head_dim", head_dim, 1 << 12},
+      {"vocab_size", vocab, 1 << 24},
+      {"max_position_embeddings", max_context, 1 << 26},
+  };
+  for (const Bound& b : bounds) {
+    if (b.value <= 0 || b.value > b.max) {
+      return bad(std::string(b.name) + " is " + std::to_string(b.value) + "; it must be in [1, " +
+                 std::to_string(b.max) + "]");
+    }
   }
-  if (head_dim <= 0 || head_dim % 2 != 0) return bad("head_dim must be positive and even");
-  if (vocab <= 0) return bad("vocab_size must be positive");
-  if (max_context <= 0) return bad("max_position_embeddings must be positive");
-  if (rope_theta <= 0) return bad("rope_theta must be positive");
-  if (rms_norm_eps <= 0) return bad("rms_norm_eps must be positive");
+  if (num_heads % num_kv_heads != 0) {
+    return bad("num_key_value_heads (" + std::to_string(num_kv_heads) +
+               ") must divide num_attention_heads (" + std::to_string(num_heads) + ")");
+  }
+  if (head_dim % 2 != 0) return bad("head_dim must be even (RoPE rotates pairs)");
+  // An id the embedding has no row for: BOS would fail every prompt, an EOS
+  // could never be sampled and generation would never stop on it.
+  if (bos_token_id < -1 || bos_token_id >= vocab) {
+    return bad("bos_token_id " + std::to_string(bos_token_id) +
+               " is outside the vocabulary (vocab_size " + std::to_string(vocab) + ")");
+  }
+  for (int64_t eos : eos_token_ids) {
+    if (eos < 0 || eos >= vocab) {
+      return bad("eos_token_id " + std::to_string(eos) + " is outside the vocabulary (vocab_size " +
+                 std::to_string(vocab) + ")");
+    }
+  }
+  // NaN and infinity pass a `<= 0` test; each would turn every logit into NaN.
+  const auto positive_finite = [&](const char* name, double v) -> Status {
+    if (std::isfinite(v) && v > 0) return Status::Ok();
+    return bad(std::string(name) + " is " + std::to_string(v) + "; it must be finite and positive");
+  };
+  SNAPSERVE_RETURN_IF_ERROR(positive_finite("rope_theta", rope_theta));
+  SNAPSERVE_RETURN_IF_ERROR(positive_finite("rms_norm_eps", rms_norm_eps));
   if (sliding_window < 0) return bad("sliding_window must not be negative");
-  if (rope_scaling.kind != RopeScaling::Kind::kNone && rope_scaling.factor <= 0) {
-    return bad("rope scaling factor must be positive");
+  if (rope_scaling.kind != RopeScaling::Kind::kNone) {
+    SNAPSERVE_RETURN_IF_ERROR(positive_finite("rope scaling factor", rope_scaling.factor));
+  }
+  if (rope_scaling.kind == RopeScaling::Kind::kLlama3) {
+    SNAPSERVE_RETURN_IF_ERROR(positive_finite("low_freq_factor", rope_scaling.low_freq_factor));
+    SNAPSERVE_RETURN_IF_ERROR(positive_finite("high_freq_factor", rope_scaling.high_freq_factor));
+  }
+  for (float f : rope_scaling.freq_factors) {
+    SNAPSERVE_RETURN_IF_ERROR(positive_finite("a rope_freqs entry", f));
   }
   if (rope_scaling.kind == RopeScaling::Kind::kLlama3 &&
       (rope_scaling.original_max_position_embeddings <= 0 ||

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "engine/model/gguf_file.h"
+#include "engine/model/gguf_tensor_plan.h"
 #include "engine/model/gguf_weights.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_weights.h"
@@ -56,6 +57,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::Sca
     auto c = ModelConfigFromGguf(*file);
     if (!c.ok()) return c.status();
     config = std::move(c).value();
+    SNAPSERVE_RETURN_IF_ERROR(CheckGgufTensorTable(*file, config));
     source = OpenGgufWeights(file, config);
   } else {
     return Status::InvalidArgument(path +

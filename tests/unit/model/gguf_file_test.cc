@@ -159,6 +159,26 @@ TEST(GgufFileTest, KeepsUnknownTypesAndNamesThem) {
   std::filesystem::remove(path);
 }
 
+// A corrupt tensor table makes names out of other fields' bytes; errors must
+// quote them as bounded, printable text.
+TEST(GgufFileTest, ShownNameEscapesAndBounds) {
+  EXPECT_EQ(ShownName("blk.0.attn_q.weight"), "blk.0.attn_q.weight");
+  EXPECT_EQ(ShownName(std::string("a\x00\xc0\n", 4) + "b"), "a\\x00\\xc0\\x0ab");
+  const std::string shown = ShownName(std::string(5000, 'x'));
+  EXPECT_EQ(shown, std::string(100, 'x') + "...(5000 bytes)");
+}
+
+TEST(GgufFileTest, RefusesOverlongTensorNames) {
+  Writer w;
+  w.Raw("GGUF").Pod<uint32_t>(3).Pod<uint64_t>(1).Pod<uint64_t>(0);
+  w.Str(std::string(64, 'n')).Pod<uint32_t>(1).Pod<uint64_t>(8).Pod<uint32_t>(0).Pod<uint64_t>(0);
+  w.Pad(32);
+  for (int i = 0; i < 8; ++i) w.Pod<float>(0.0f);
+  std::string msg = OpenError("longname", w.bytes());
+  EXPECT_TRUE(Contains(msg, "tensor 0's name")) << msg;
+  EXPECT_TRUE(Contains(msg, "is 64 bytes long (ggml allows 63)")) << msg;
+}
+
 TEST(GgufFileTest, RealSmolLm2File) {
   std::string path = std::string(SNAPSERVE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   ASSERT_TRUE(std::filesystem::exists(path)) << "run `make model`";

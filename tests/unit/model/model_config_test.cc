@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace snapserve::model {
 namespace {
 
@@ -84,6 +86,43 @@ TEST(ModelConfigTest, RejectsBadConfigsWithTheFileName) {
     EXPECT_NE(c.status().message().find("/m/config.json"), std::string::npos)
         << c.status().ToString();
     EXPECT_NE(c.status().message().find(tc.expect), std::string::npos) << c.status().ToString();
+  }
+}
+
+// GGUF metadata can carry values no JSON config can: NaN and infinity pass a
+// `<= 0` test, so Validate checks finiteness; and counts far beyond any model.
+TEST(ModelConfigTest, ValidateRefusesNonFiniteFloatsAndAbsurdCounts) {
+  auto base = ParseHfConfig(kLlama, "config.json");
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  struct Case {
+    void (*mutate)(ModelConfig*);
+    const char* expect;
+  } cases[] = {
+      {[](ModelConfig* c) { c->rope_theta = std::nan(""); }, "rope_theta is nan"},
+      {[](ModelConfig* c) { c->rope_theta = INFINITY; }, "rope_theta is inf"},
+      {[](ModelConfig* c) { c->rms_norm_eps = std::nan(""); }, "rms_norm_eps is nan"},
+      {[](ModelConfig* c) { c->rms_norm_eps = -INFINITY; }, "rms_norm_eps is -inf"},
+      {[](ModelConfig* c) {
+         c->rope_scaling.kind = RopeScaling::Kind::kLinear;
+         c->rope_scaling.factor = INFINITY;
+       },
+       "rope scaling factor is inf"},
+      {[](ModelConfig* c) { c->num_layers = int64_t{1} << 40; }, "num_hidden_layers is"},
+      {[](ModelConfig* c) { c->vocab = int64_t{1} << 30; }, "vocab_size is"},
+      {[](ModelConfig* c) { c->hidden = -5; }, "hidden_size is -5"},
+      {[](ModelConfig* c) { c->bos_token_id = 100; }, "bos_token_id 100 is outside the vocab"},
+      {[](ModelConfig* c) {
+         c->eos_token_ids = {2, 70000};
+       },
+       "eos_token_id 70000 is outside"},
+  };
+  for (const auto& tc : cases) {
+    ModelConfig c = *base;
+    tc.mutate(&c);
+    Status s = c.Validate("/m/x.gguf");
+    EXPECT_FALSE(s.ok()) << tc.expect;
+    EXPECT_NE(s.message().find("/m/x.gguf"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(tc.expect), std::string::npos) << s.message();
   }
 }
 

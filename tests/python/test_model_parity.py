@@ -239,8 +239,9 @@ def test_real_bfloat16_top1_agreement(torch_ops, real, model_path, long_fp32):
 # --kv-cache-dtype: decode steps read earlier tokens' K/V from the paged cache.
 # A float32 cache must reproduce transformers as closely as prefill does; a
 # bfloat16 cache rounds every cached key and value to 8 mantissa bits, which
-# flips some near-tie next-token choices (the floor below, measured 2026-12-02,
-# is set under that figure).
+# flips some near-tie next-token choices: measured 2026-12-02, 399 of 400
+# (0.9975) top-1 agree with transformers, max logit difference 0.34; the floor
+# leaves room for a few more near-ties on another CPU path.
 KV_BF16_MIN_AGREEMENT = 0.98
 
 

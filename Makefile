@@ -47,6 +47,7 @@ run: build
 	$(BUILD_DIR)/server/snapserve --model=$(MODEL) $(RUN_ARGS)
 
 test: build
+	@bash scripts/setup.sh kvpress
 	$(MAKE) --no-print-directory test-unit test-python
 
 test-unit:

@@ -161,7 +161,8 @@ step_model() {
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(all)
 for s in "${steps[@]}"; do
   case "$s" in
-    all) step_system; step_prometheus; step_kustomize; step_venv; step_kvpress; step_model ;;
+    # kvpress is a test oracle only: `make test` asks for it, `make run` does not.
+    all) step_system; step_prometheus; step_kustomize; step_venv; step_model ;;
     system|prometheus|kustomize|venv|kvpress|model) "step_$s" ;;
     *) say "unknown step '$s' (all|system|prometheus|kustomize|venv|kvpress|model)"; exit 2 ;;
   esac

@@ -106,3 +106,13 @@ def start_module_server():
     """As start_server, but the processes live for the whole test module (one
     server shared by many slow cases); stopped at module teardown."""
     yield from _server_factory()
+
+
+@pytest.fixture(scope="module")
+def stub(server, pb):
+    """A Generation stub on the module's own `server` fixture (a module that
+    uses it defines `server`, usually with start_module_server)."""
+    import grpc
+    _, pb2_grpc = pb
+    with grpc.insecure_channel(server.target) as channel:
+        yield pb2_grpc.GenerationStub(channel)

@@ -47,13 +47,6 @@ def server(start_module_server, model_path):
 
 
 @pytest.fixture(scope="module")
-def stub(server, pb):
-    _, pb2_grpc = pb
-    with grpc.insecure_channel(server.target) as channel:
-        yield pb2_grpc.GenerationStub(channel)
-
-
-@pytest.fixture(scope="module")
 def prompt_ids(stub, pb):
     pb2, _ = pb
     return [list(stub.Tokenize(pb2.TokenizeRequest(text=t, add_special_tokens=True)).ids)

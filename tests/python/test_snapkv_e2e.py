@@ -21,7 +21,6 @@ import sys
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may be downloaded
 
-import grpc
 import pytest
 import torch
 
@@ -54,13 +53,6 @@ def pipe(model_path):
 def server(start_module_server, model_path):
     return start_module_server([f"--model={model_path}", "--snapkv-capacity=1024",
                                 "--default-kv-method=snapkv"])
-
-
-@pytest.fixture(scope="module")
-def stub(server, pb):
-    _, pb2_grpc = pb
-    with grpc.insecure_channel(server.target) as channel:
-        yield pb2_grpc.GenerationStub(channel)
 
 
 @pytest.fixture(scope="module")

@@ -62,13 +62,6 @@ def server(start_module_server, model_path):
 
 
 @pytest.fixture(scope="module")
-def stub(server, pb):
-    _, pb2_grpc = pb
-    with grpc.insecure_channel(server.target) as channel:
-        yield pb2_grpc.GenerationStub(channel)
-
-
-@pytest.fixture(scope="module")
 def prompts(stub, pb):
     """name -> all token ids of that text, from the server's tokenizer."""
     pb2, _ = pb

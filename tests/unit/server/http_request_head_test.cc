@@ -24,9 +24,9 @@ TEST(HttpRequestHeadTest, ParsesTheRequestLine) {
 }
 
 TEST(HttpRequestHeadTest, RejectsMalformedLines) {
-  for (const char* bad : {"GET /metrics\r\n\r\n", "GET  HTTP/1.1\r\n\r\n", " / HTTP/1.1\r\n\r\n",
-                          "GET /a b HTTP/1.1\r\n\r\n", "GET / HTTP/2\r\n\r\n", "\r\n\r\n",
-                          "GARBAGE\r\n\r\n"}) {
+  for (const char* bad :
+       {"GET /metrics\r\n\r\n", "GET  HTTP/1.1\r\n\r\n", " / HTTP/1.1\r\n\r\n",
+        "GET /a b HTTP/1.1\r\n\r\n", "GET / HTTP/2\r\n\r\n", "\r\n\r\n", "GARBAGE\r\n\r\n"}) {
     EXPECT_FALSE(ParseHttpRequestLine(bad).has_value()) << bad;
   }
 }

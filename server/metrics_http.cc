@@ -63,7 +63,7 @@ class MetricsHttpServer::Connection {
 
   int fd() const { return fd_; }
   Phase phase() const { return phase_; }
-  short events() const { return phase_ == Phase::kSending ? POLLOUT : POLLIN; }
+  PollEvents events() const { return phase_ == Phase::kSending ? POLLOUT : POLLIN; }
   Clock::time_point deadline() const {
     return phase_ == Phase::kReadingHead ? std::min(head_deadline_, idle_deadline_)
                                          : idle_deadline_;
@@ -226,7 +226,7 @@ void MetricsHttpServer::Serve() {
   }
 }
 
-void MetricsHttpServer::Advance(Connection& c, short revents, Clock::time_point now) const {
+void MetricsHttpServer::Advance(Connection& c, PollEvents revents, Clock::time_point now) const {
   const bool reading =
       c.phase() == Connection::Phase::kReadingHead || c.phase() == Connection::Phase::kDraining;
   if (reading && (revents & (POLLIN | POLLHUP | POLLERR)) && c.Read(now)) {

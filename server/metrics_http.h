@@ -13,6 +13,7 @@
 // (max_connections). Each answer closes its connection (Connection: close).
 #pragma once
 
+#include <poll.h>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -22,6 +23,9 @@
 #include <thread>
 
 namespace snapserve::server {
+
+// The event bits poll() takes and reports (pollfd::events, a short).
+using PollEvents = decltype(pollfd::events);
 
 // The defaults are the documented limits (docs/metrics.md, "Endpoint").
 struct MetricsHttpLimits {
@@ -63,7 +67,7 @@ class MetricsHttpServer {
   class Connection;
   void Serve();
   // Reads, answers, writes or times out `c` after poll() reported `revents`.
-  void Advance(Connection& c, short revents, Clock::time_point now) const;
+  void Advance(Connection& c, PollEvents revents, Clock::time_point now) const;
   // Accepts the backlog; false when out of descriptors with none to free.
   bool AcceptPending(std::list<Connection>& connections, Clock::time_point now) const;
   // The whole response to a complete request head.

@@ -1,0 +1,24 @@
+"""--kv-cache-dtype through the real server (the model-level accuracy of a
+bfloat16 cache is in test_model_parity.py,
+test_real_paged_decode_with_kv_cache_dtype)."""
+import grpc
+
+from test_server_e2e import BLOCK_SIZE, KV_CACHE_BYTES, KV_CACHE_TOKENS, LONG_PROMPT
+
+
+def test_bfloat16_kv_cache_holds_twice_the_tokens_and_serves(start_server, model_path, pb):
+    """--kv-cache-dtype=bfloat16 under a float32 model: the same memory holds
+    twice the blocks, ModelInfo says so, and requests are served."""
+    pb2, pb2_grpc = pb
+    server = start_server([f"--model={model_path}", "--kv-cache-dtype=bfloat16",
+                           f"--kv-cache-memory={KV_CACHE_BYTES}", f"--block-size={BLOCK_SIZE}"])
+    with grpc.insecure_channel(server.target) as ch:
+        stub = pb2_grpc.GenerationStub(ch)
+        info = stub.GetModelInfo(pb2.GetModelInfoRequest(), timeout=10)
+        assert (info.dtype, info.kv_cache_dtype) == ("float32", "bfloat16")
+        assert info.kv_cache_capacity_tokens == 2 * KV_CACHE_TOKENS
+        r = stub.Generate(pb2.GenerateRequest(
+            prompt=LONG_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=8, ignore_eos=True)),
+            timeout=120)
+        assert r.finish_reason == pb2.LENGTH and len(r.token_ids) == 8
+    assert "bfloat16)" in server.logs()

@@ -1,5 +1,7 @@
-// snapkv_select / snapkv_gather: argument checks and device dispatch. The math
-// lives in snapkv_select_cpu.cc and snapkv_select_cuda.cu.
+// snapkv_scores / snapkv_select / snapkv_gather: argument checks and device
+// dispatch. The math lives in snapkv_select_cpu.cc and snapkv_select_cuda.cu.
+// snapkv_select is snapkv_scores followed by top-k over the pooled scores, on
+// either device, so the two always agree.
 #include "kernels/snapkv_select.h"
 
 #include <ATen/core/Tensor.h>
@@ -11,6 +13,7 @@
 #include <limits>
 
 #include "kernels/checks.h"
+#include "kernels/snapkv_select_scores.h"
 
 #ifdef SNAPSERVE_HAS_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -23,7 +26,20 @@ namespace snapserve::kernels {
 
 namespace {
 
-void check_params(const SnapKvParams& params, int64_t q_rows, int64_t n) {
+// What snapkv_scores needs: a valid window and pooling kernel. `fn` names the
+// public function in the messages.
+void check_score_params(const char* fn, const SnapKvParams& params, int64_t q_rows, int64_t n) {
+  TORCH_CHECK(params.window >= 1, fn, ": window must be at least 1, got ", params.window);
+  TORCH_CHECK(params.kernel_size >= 1 && params.kernel_size % 2 == 1, fn,
+              ": kernel_size must be odd and positive, got ", params.kernel_size);
+  TORCH_CHECK(params.window < n, fn, ": window must be less than the prompt length n (",
+              params.window, " >= ", n, ")");
+  TORCH_CHECK(q_rows == params.window, "q_window: expected ", params.window,
+              " rows (the window), got ", q_rows);
+}
+
+// snapkv_select also needs w < C < n (the order of the checks is the tests').
+void check_select_params(const SnapKvParams& params, int64_t q_rows, int64_t n) {
   TORCH_CHECK(params.window >= 1, "snapkv_select: window must be at least 1, got ", params.window);
   TORCH_CHECK(params.kernel_size >= 1 && params.kernel_size % 2 == 1,
               "snapkv_select: kernel_size must be odd and positive, got ", params.kernel_size);
@@ -32,8 +48,28 @@ void check_params(const SnapKvParams& params, int64_t q_rows, int64_t n) {
   TORCH_CHECK(params.capacity < n,
               "snapkv_select: capacity must be less than the prompt length n (", params.capacity,
               " >= ", n, "); keep every entry when n <= capacity");
-  TORCH_CHECK(q_rows == params.window, "q_window: expected ", params.window,
-              " rows (the window), got ", q_rows);
+  check_score_params("snapkv_select", params, q_rows, n);
+}
+
+// The tensor checks shared by snapkv_scores and snapkv_select.
+void check_inputs(const at::Tensor& q_window, const at::Tensor& keys) {
+  check_shape(q_window, "q_window", {-1, -1, -1});
+  check_shape(keys, "keys", {-1, -1, -1});
+  check_float_dtype(q_window, "q_window");
+  check_float_dtype(keys, "keys");
+  TORCH_CHECK(keys.scalar_type() == q_window.scalar_type(), "keys: expected dtype ",
+              q_window.scalar_type(), " (as q_window), got ", keys.scalar_type());
+  check_same_device(keys, "keys", q_window);
+  const int64_t num_heads = q_window.size(0);
+  const int64_t num_kv_heads = keys.size(0);
+  TORCH_CHECK(q_window.size(2) > 0 && keys.size(2) == q_window.size(2),
+              "keys: head_dim must equal q_window's (", q_window.size(2), "), got ", keys.size(2));
+  TORCH_CHECK(num_kv_heads > 0 && num_heads > 0 && num_heads % num_kv_heads == 0,
+              "q_window: num_heads (", num_heads, ") must be a positive multiple of num_kv_heads (",
+              num_kv_heads, ")");
+  // Positions travel as 32-bit values inside the rank keys and CUDA indices.
+  TORCH_CHECK(keys.size(1) <= std::numeric_limits<int32_t>::max(), "keys: prompt length ",
+              keys.size(1), " exceeds 2^31 - 1");
 }
 
 #ifdef SNAPSERVE_HAS_CUDA
@@ -41,8 +77,8 @@ void check_launch(cudaError_t err, const char* what) {
   TORCH_CHECK(err == cudaSuccess, what, ": CUDA launch failed: ", cudaGetErrorString(err));
 }
 
-at::Tensor snapkv_select_cuda(const at::Tensor& q_window, const at::Tensor& keys,
-                              const SnapKvParams& params) {
+SnapKvScores snapkv_scores_cuda(const at::Tensor& q_window, const at::Tensor& keys,
+                                const SnapKvParams& params) {
   const c10::cuda::CUDAGuard guard(q_window.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t num_heads = q_window.size(0);
@@ -59,25 +95,32 @@ at::Tensor snapkv_select_cuda(const at::Tensor& q_window, const at::Tensor& keys
   const at::Tensor keys_t = keys.to(at::kFloat).transpose(1, 2).contiguous();  // [Hkv, d, n]
   // Scratch from the caching allocator: no sync, freed when the stream is done.
   at::Tensor probs = at::empty({num_heads, w, n}, q.options());
-  at::Tensor reduced = at::empty({num_kv_heads, prefix}, q.options());
-  at::Tensor pooled = at::empty({num_kv_heads, prefix}, q.options());
-  at::Tensor out = at::empty({num_kv_heads, params.capacity}, q.options().dtype(at::kLong));
+  SnapKvScores scores{at::empty({num_kv_heads, prefix}, q.options()),
+                      at::empty({num_kv_heads, prefix}, q.options())};
 
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   check_launch(cuda::launch_snapkv_softmax(q.data_ptr<float>(), keys_t.data_ptr<float>(),
                                            probs.data_ptr<float>(), num_heads, num_kv_heads, w, n,
                                            d, scale, stream),
-               "snapkv_select (softmax)");
-  check_launch(cuda::launch_snapkv_group_scores(probs.data_ptr<float>(), reduced.data_ptr<float>(),
-                                                num_heads, num_kv_heads, w, n,
-                                                params.group_reduce == GroupReduce::kMax, stream),
-               "snapkv_select (group scores)");
-  check_launch(cuda::launch_snapkv_pool(reduced.data_ptr<float>(), pooled.data_ptr<float>(),
-                                        num_kv_heads, prefix, params.kernel_size,
-                                        params.pooling == PoolingKind::kAvg, stream),
-               "snapkv_select (pool)");
+               "snapkv_scores (softmax)");
+  check_launch(cuda::launch_snapkv_group_scores(
+                   probs.data_ptr<float>(), scores.raw.data_ptr<float>(), num_heads, num_kv_heads,
+                   w, n, params.group_reduce == GroupReduce::kMax, stream),
+               "snapkv_scores (group scores)");
+  check_launch(cuda::launch_snapkv_pool(
+                   scores.raw.data_ptr<float>(), scores.pooled.data_ptr<float>(), num_kv_heads,
+                   prefix, params.kernel_size, params.pooling == PoolingKind::kAvg, stream),
+               "snapkv_scores (pool)");
+  return scores;
+}
+
+at::Tensor snapkv_topk_cuda(const at::Tensor& pooled, int64_t top, int64_t w) {
+  const c10::cuda::CUDAGuard guard(pooled.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  const int64_t num_kv_heads = pooled.size(0);
+  at::Tensor out = at::empty({num_kv_heads, top + w}, pooled.options().dtype(at::kLong));
   check_launch(cuda::launch_snapkv_topk(pooled.data_ptr<float>(), out.data_ptr<int64_t>(),
-                                        num_kv_heads, prefix, params.capacity - w, w, stream),
+                                        num_kv_heads, pooled.size(1), top, w, stream),
                "snapkv_select (top-k)");
   return out;
 }
@@ -102,33 +145,53 @@ at::Tensor snapkv_gather_cuda(const at::Tensor& src_in, const at::Tensor& indice
 
 }  // namespace
 
+namespace {
+
+// Scores of checked inputs on their device.
+SnapKvScores scores_on_device(const char* fn, const at::Tensor& q_window, const at::Tensor& keys,
+                              const SnapKvParams& params) {
+  if (q_window.is_cpu()) return detail::snapkv_scores_cpu(q_window, keys, params);
+#ifdef SNAPSERVE_HAS_CUDA
+  if (q_window.is_cuda()) return snapkv_scores_cuda(q_window, keys, params);
+#endif
+  TORCH_CHECK(false, fn, ": unsupported device ", q_window.device());
+}
+
+}  // namespace
+
+SnapKvScores snapkv_scores(const at::Tensor& q_window, const at::Tensor& keys,
+                           const SnapKvParams& params) {
+  check_inputs(q_window, keys);
+  check_score_params("snapkv_scores", params, q_window.size(1), keys.size(1));
+  return scores_on_device("snapkv_scores", q_window, keys, params);
+}
+
+at::Tensor snapkv_topk(const at::Tensor& pooled, const SnapKvParams& params) {
+  check_shape(pooled, "pooled", {-1, -1});
+  TORCH_CHECK(pooled.scalar_type() == at::kFloat, "pooled: expected float32, got ",
+              pooled.scalar_type());
+  TORCH_CHECK(pooled.size(0) > 0, "pooled: expected at least one KV head");
+  const int64_t n = pooled.size(1) + params.window;
+  TORCH_CHECK(params.window >= 1, "snapkv_topk: window must be at least 1, got ", params.window);
+  TORCH_CHECK(params.window < params.capacity, "snapkv_topk: window must be less than capacity (",
+              params.window, " >= ", params.capacity, ")");
+  TORCH_CHECK(params.capacity < n, "snapkv_topk: capacity must be less than the prompt length n (",
+              params.capacity, " >= ", n, ")");
+  TORCH_CHECK(n <= std::numeric_limits<int32_t>::max(), "pooled: prompt length ", n,
+              " exceeds 2^31 - 1");
+  const int64_t top = params.capacity - params.window;
+  if (pooled.is_cpu()) return detail::snapkv_topk_cpu(pooled, top, params.window);
+#ifdef SNAPSERVE_HAS_CUDA
+  if (pooled.is_cuda()) return snapkv_topk_cuda(pooled.contiguous(), top, params.window);
+#endif
+  TORCH_CHECK(false, "snapkv_topk: unsupported device ", pooled.device());
+}
+
 at::Tensor snapkv_select(const at::Tensor& q_window, const at::Tensor& keys,
                          const SnapKvParams& params) {
-  check_shape(q_window, "q_window", {-1, -1, -1});
-  check_shape(keys, "keys", {-1, -1, -1});
-  check_float_dtype(q_window, "q_window");
-  check_float_dtype(keys, "keys");
-  TORCH_CHECK(keys.scalar_type() == q_window.scalar_type(), "keys: expected dtype ",
-              q_window.scalar_type(), " (as q_window), got ", keys.scalar_type());
-  check_same_device(keys, "keys", q_window);
-  const int64_t num_heads = q_window.size(0);
-  const int64_t num_kv_heads = keys.size(0);
-  const int64_t n = keys.size(1);
-  TORCH_CHECK(q_window.size(2) > 0 && keys.size(2) == q_window.size(2),
-              "keys: head_dim must equal q_window's (", q_window.size(2), "), got ", keys.size(2));
-  TORCH_CHECK(num_kv_heads > 0 && num_heads > 0 && num_heads % num_kv_heads == 0,
-              "q_window: num_heads (", num_heads, ") must be a positive multiple of num_kv_heads (",
-              num_kv_heads, ")");
-  check_params(params, q_window.size(1), n);
-  // Positions travel as 32-bit values inside the rank keys and CUDA indices.
-  TORCH_CHECK(n <= std::numeric_limits<int32_t>::max(), "keys: prompt length ", n,
-              " exceeds 2^31 - 1");
-
-  if (q_window.is_cpu()) return detail::snapkv_select_cpu(q_window, keys, params);
-#ifdef SNAPSERVE_HAS_CUDA
-  if (q_window.is_cuda()) return snapkv_select_cuda(q_window, keys, params);
-#endif
-  TORCH_CHECK(false, "snapkv_select: unsupported device ", q_window.device());
+  check_inputs(q_window, keys);
+  check_select_params(params, q_window.size(1), keys.size(1));
+  return snapkv_topk(scores_on_device("snapkv_select", q_window, keys, params).pooled, params);
 }
 
 at::Tensor snapkv_gather(const at::Tensor& src, const at::Tensor& indices) {

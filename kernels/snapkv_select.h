@@ -1,12 +1,15 @@
-// SnapKV selection (docs/snapkv.md): which prompt positions each KV head keeps,
+// SnapKV selection (docs/snapkv.md): the per-position scores (snapkv_scores),
+// which prompt positions each KV head keeps (snapkv_select = scores + top-k),
 // and the gather that copies them out. Owns the math of steps 2-7 only; it
 // never sees a request, a block table or a layer index (the compress policy
 // and the KV cache decide when and where the kept entries go).
 //
-// This header is deliberately light: it forward-declares at::Tensor instead of
-// including ATen, so engine/compress/snapkv_policy.h (which the request path
-// includes for the enums) stays free of LibTorch headers. Callers of the
-// functions include <ATen/core/Tensor.h> themselves.
+// This header is deliberately light: it forward-declares at::Tensor (and
+// SnapKvScores, defined in kernels/snapkv_select_scores.h) instead of including
+// ATen, so engine/compress/snapkv_policy.h (which the request path includes for
+// the enums) stays free of LibTorch headers. Callers of the functions include
+// <ATen/core/Tensor.h> themselves; callers of snapkv_scores include
+// kernels/snapkv_select_scores.h.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +19,10 @@ class Tensor;
 }  // namespace at
 
 namespace snapserve::kernels {
+
+// {at::Tensor raw, pooled}: defined in kernels/snapkv_select_scores.h, which
+// includes ATen; see snapkv_scores below.
+struct SnapKvScores;
 
 // Step 6: how the per-position scores are smoothed before top-k.
 enum class PoolingKind { kMax, kAvg };
@@ -32,6 +39,36 @@ struct SnapKvParams {
   GroupReduce group_reduce = GroupReduce::kMean;
 };
 
+// Steps 2-6 without the selection: the scores snapkv_select ranks.
+//   q_window, keys: as snapkv_select below (same checks, same dtypes/devices)
+//   returns {raw, pooled}, both float32 [num_kv_heads, n - window], contiguous,
+//   on the inputs' device:
+//     raw[g][j]    = s_g[j] (steps 3-5): for each query head of KV head g, the
+//                    causal softmax (float32, 1/sqrt(d) scaling) of every window
+//                    row, summed over the `window` rows at prefix position j, then
+//                    reduced over the GQA group (params.group_reduce: mean or
+//                    max). With mean, raw[g] sums to at most `window` over j and
+//                    is the window's attention mass on the prefix.
+//     pooled[g][j] = p_g[j] (step 6): raw[g] pooled with params.kernel_size and
+//                    params.pooling (kernel_size 1: equal to raw).
+// Only prefix positions 0 .. n-window-1 are scored; the window itself is
+// always kept by the selection and has no score. params.capacity is not used
+// (any value is accepted); 1 <= window < n is required. The values are exactly
+// those snapkv_select ranks on the same device and CPU instruction set (it is
+// this function followed by top-k over `pooled`). On CUDA the call is
+// asynchronous on the current stream.
+SnapKvScores snapkv_scores(const at::Tensor& q_window, const at::Tensor& keys,
+                           const SnapKvParams& params);
+
+// Step 7 alone: the positions snapkv_select keeps, from scores already computed.
+//   pooled:  [num_kv_heads, n - window] float32 (snapkv_scores(...).pooled)
+//   returns  [num_kv_heads, capacity] int64, as snapkv_select
+// Needs 1 <= window < capacity < n (n = pooled.size(1) + window); kernel_size,
+// pooling and group_reduce are not used. For callers that need the scores as
+// well as the selection (engine/compress/snapkv_selector.cc) without scoring
+// twice: snapkv_select(q, k, p) == snapkv_topk(snapkv_scores(q, k, p).pooled, p).
+at::Tensor snapkv_topk(const at::Tensor& pooled, const SnapKvParams& params);
+
 // Shape contract:
 //   q_window: [num_heads, window, head_dim]   post-RoPE queries of the last `window`
 //                                             prompt positions
@@ -43,9 +80,9 @@ struct SnapKvParams {
 // transformers' repeat_kv). q_window and keys share dtype (float32, bfloat16 or
 // float16) and device (CPU or CUDA); scores are computed in float32 whatever the
 // input dtype. n > capacity is required: the caller keeps everything when
-// n <= capacity (step 1). Ties in the pooled score keep the lower position;
-// NaN scores rank below every number. On CUDA the call is asynchronous on the
-// current stream.
+// n <= capacity (step 1). The ranking is top-k over snapkv_scores(...).pooled
+// (step 7): ties keep the lower position; NaN scores rank below every number.
+// On CUDA the call is asynchronous on the current stream.
 at::Tensor snapkv_select(const at::Tensor& q_window, const at::Tensor& keys,
                          const SnapKvParams& params);
 
@@ -57,11 +94,13 @@ at::Tensor snapkv_select(const at::Tensor& q_window, const at::Tensor& keys,
 // an out-of-range index yields a zero row there instead of a stray read.
 at::Tensor snapkv_gather(const at::Tensor& src, const at::Tensor& indices);
 
-// Device implementations, called by the two functions above after every
+// Device implementations, called by the functions above after every
 // argument has been checked. Not for other callers.
 namespace detail {
-at::Tensor snapkv_select_cpu(const at::Tensor& q_window, const at::Tensor& keys,
-                             const SnapKvParams& params);
+SnapKvScores snapkv_scores_cpu(const at::Tensor& q_window, const at::Tensor& keys,
+                               const SnapKvParams& params);
+// Step 7 on CPU: pooled [num_kv_heads, len] float32 -> [num_kv_heads, top + w] int64.
+at::Tensor snapkv_topk_cpu(const at::Tensor& pooled, int64_t top, int64_t w);
 at::Tensor snapkv_gather_cpu(const at::Tensor& src, const at::Tensor& indices);
 }  // namespace detail
 

@@ -1,5 +1,6 @@
-// CPU path of snapkv_select / snapkv_gather (docs/snapkv.md, steps 2-7). Inputs
-// arrive checked by kernels/snapkv_select.cc.
+// CPU path of snapkv_scores (docs/snapkv.md, steps 2-6), the top-k of
+// snapkv_select (step 7) and snapkv_gather. Inputs arrive checked by
+// kernels/snapkv_select.cc.
 //
 // Every score is computed with plain float32 loops in a fixed order rather than
 // with BLAS: a BLAS kernel may round a column differently depending on where it
@@ -25,6 +26,7 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/snapkv_select.h"
 #include "kernels/snapkv_select_cpu_avx2.h"
+#include "kernels/snapkv_select_scores.h"
 
 namespace snapserve::kernels::detail {
 
@@ -185,8 +187,8 @@ void select_positions(const float* pooled, int64_t prefix, int64_t top, int64_t 
 
 }  // namespace
 
-at::Tensor snapkv_select_cpu(const at::Tensor& q_window, const at::Tensor& keys,
-                             const SnapKvParams& params) {
+SnapKvScores snapkv_scores_cpu(const at::Tensor& q_window, const at::Tensor& keys,
+                               const SnapKvParams& params) {
   const int64_t num_heads = q_window.size(0);
   const int64_t w = q_window.size(1);
   const int64_t d = q_window.size(2);
@@ -194,7 +196,6 @@ at::Tensor snapkv_select_cpu(const at::Tensor& q_window, const at::Tensor& keys,
   const int64_t n = keys.size(1);
   const int64_t group = num_heads / num_kv_heads;
   const int64_t prefix = n - w;
-  const int64_t top = params.capacity - w;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
 
   const at::Tensor q = q_window.to(at::kFloat).contiguous();
@@ -206,12 +207,14 @@ at::Tensor snapkv_select_cpu(const at::Tensor& q_window, const at::Tensor& keys,
           .transpose(2, 3)
           .contiguous();
   at::Tensor head_score = at::empty({num_heads, prefix}, q.options());
-  at::Tensor out = at::empty({num_kv_heads, params.capacity}, q.options().dtype(at::kLong));
+  SnapKvScores scores{at::empty({num_kv_heads, prefix}, q.options()),
+                      at::empty({num_kv_heads, prefix}, q.options())};
 
   const float* q_ptr = q.data_ptr<float>();
   const float* packed_ptr = packed.data_ptr<float>();
   float* hs_ptr = head_score.data_ptr<float>();
-  int64_t* out_ptr = out.data_ptr<int64_t>();
+  float* raw_ptr = scores.raw.data_ptr<float>();
+  float* pooled_ptr = scores.pooled.data_ptr<float>();
 
   at::parallel_for(0, num_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> logits(static_cast<size_t>(w * n_tiles * kTileKeys));
@@ -222,12 +225,26 @@ at::Tensor snapkv_select_cpu(const at::Tensor& q_window, const at::Tensor& keys,
   });
 
   at::parallel_for(0, num_kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> reduced(static_cast<size_t>(prefix));
-    std::vector<float> pooled(static_cast<size_t>(prefix));
     for (int64_t g = begin; g < end; ++g) {
-      reduce_group(hs_ptr + g * group * prefix, group, prefix, params.group_reduce, reduced.data());
-      pool(reduced.data(), prefix, params.kernel_size, params.pooling, pooled.data());
-      select_positions(pooled.data(), prefix, top, w, out_ptr + g * params.capacity);
+      reduce_group(hs_ptr + g * group * prefix, group, prefix, params.group_reduce,
+                   raw_ptr + g * prefix);
+      pool(raw_ptr + g * prefix, prefix, params.kernel_size, params.pooling,
+           pooled_ptr + g * prefix);
+    }
+  });
+  return scores;
+}
+
+at::Tensor snapkv_topk_cpu(const at::Tensor& pooled_in, int64_t top, int64_t w) {
+  const at::Tensor pooled = pooled_in.contiguous();
+  const int64_t num_kv_heads = pooled.size(0);
+  const int64_t prefix = pooled.size(1);
+  at::Tensor out = at::empty({num_kv_heads, top + w}, pooled.options().dtype(at::kLong));
+  const float* pooled_ptr = pooled.data_ptr<float>();
+  int64_t* out_ptr = out.data_ptr<int64_t>();
+  at::parallel_for(0, num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      select_positions(pooled_ptr + g * prefix, prefix, top, w, out_ptr + g * (top + w));
     }
   });
   return out;

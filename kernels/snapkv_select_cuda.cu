@@ -1,4 +1,5 @@
-// CUDA path of snapkv_select / snapkv_gather (docs/snapkv.md, steps 3-7). No
+// CUDA path of snapkv_scores (steps 3-6), snapkv_select (3-7) and snapkv_gather
+// (docs/snapkv.md). No
 // LibTorch headers here: kernels/snapkv_select.cc checks the tensors, converts
 // them to float32, allocates scratch and calls the launchers below in order on
 // the current stream.

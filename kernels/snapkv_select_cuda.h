@@ -1,7 +1,9 @@
 // Launchers of the SnapKV CUDA kernels (snapkv_select_cuda.cu). Raw pointers
 // and sizes only, no LibTorch types, so the .cu compiles without ATen headers.
 // kernels/snapkv_select.cc checks the tensors, converts them to float32,
-// allocates the scratch buffers and calls these in order on one stream. Each
+// allocates the scratch buffers and calls these in order on one stream:
+// snapkv_scores runs softmax, group scores (its `raw` output) and pool (its
+// `pooled` output); snapkv_select runs those three, then top-k. Each
 // launcher enqueues work on `stream`, never synchronizes, and returns the
 // launch error (cudaGetLastError) for the caller to report.
 #pragma once
@@ -23,13 +25,13 @@ cudaError_t launch_snapkv_softmax(const float* q, const float* keys_t, float* pr
 
 // Steps 4 (sum over window rows, prefix columns) and 5 (group reduce).
 //   probs:   [num_heads, w, n]           float32
-//   reduced: [num_kv_heads, n - w]       float32 out
+//   reduced: [num_kv_heads, n - w]       float32 out (snapkv_scores' `raw`)
 cudaError_t launch_snapkv_group_scores(const float* probs, float* reduced, int64_t num_heads,
                                        int64_t num_kv_heads, int64_t w, int64_t n, bool group_max,
                                        cudaStream_t stream);
 
 // Step 6: stride-1 pooling with padding k/2 (avg divides by k).
-//   reduced: [num_kv_heads, len]  ->  pooled: [num_kv_heads, len]
+//   reduced: [num_kv_heads, len]  ->  pooled: [num_kv_heads, len] (snapkv_scores' `pooled`)
 cudaError_t launch_snapkv_pool(const float* reduced, float* pooled, int64_t num_kv_heads,
                                int64_t len, int64_t kernel_size, bool avg, cudaStream_t stream);
 

@@ -7,12 +7,15 @@
 // instead of decoding each weight (kernels/linear.h, QuantDot::kInt8).
 //
 // Arithmetic, identical on every SIMD path (the AVX2 path reproduces the
-// portable one bit for bit): per output, eight float32 lanes; lane l adds,
-// block by block in order, (d_w * d_x) * (integer sum of elements 4l..4l+3 of
-// the block) as a multiply then an add (never fused); the lanes are summed in
-// the fixed tree of kernels/simd_sums.h; the Q4_1/Q5_1 offset term
-// sum_b m_w * (d_x * sum_b q_x) is accumulated separately in block order and
-// added last. A row's result therefore does not depend on the batch.
+// portable one bit for bit): per output, eight float32 lanes; block b's exact
+// integer dot product (all 32 products summed in int32) goes to lane b % 8:
+// lane += (d_w * d_x) * float(sum), then for Q4_1/Q5_1 lane += m_w * (d_x *
+// sum_b q_x), each a multiply then an add (never fused), blocks in order; the
+// lanes are summed in the fixed tree of kernels/simd_sums.h. A row's result
+// therefore does not depend on the batch. (One float term per block, not per
+// 4 elements: the eight blocks of a vector step share one scaling, which is
+// what makes the AVX2 path about twice as fast at m = 1 as the per-lane form
+// used before 2026-12-02.)
 //
 // Accuracy: the only error beyond float32 rounding is the activations'
 // quantization, |x - d_x q_x| <= d_x / 2 = max|x_block| / 254 per element;

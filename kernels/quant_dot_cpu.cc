@@ -66,19 +66,13 @@ void int8_dot_portable(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_
     const uint8_t* wrow = w.row(r);
     for (int64_t i = 0; i < xq.m; ++i) {
       float lanes[8] = {};
-      float offset = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
-        const WeightBlock wb = read_block(w.type, wrow + b * bytes);
-        const int8_t* xb = xq.q.data() + (i * blocks + b) * kDotBlock;
-        const float scale = wb.d * xq.d[i * blocks + b];
-        for (int l = 0; l < 8; ++l) {
-          int sum = 0;
-          for (int j = 4 * l; j < 4 * l + 4; ++j) sum += wb.v[j] * xb[j];
-          lanes[l] = lanes[l] + scale * static_cast<float>(sum);
-        }
-        if (wb.has_m) offset = offset + wb.m * xq.s[i * blocks + b];
+        const int64_t xb = i * blocks + b;
+        lanes[b % 8] =
+            add_block_term(read_block(w.type, wrow + b * bytes), xq.q.data() + xb * kDotBlock,
+                           xq.d[xb], xq.s[xb], lanes[b % 8]);
       }
-      out[i * n_total + r] = simd::lane_sum_portable(lanes) + offset;
+      out[i * n_total + r] = simd::lane_sum_portable(lanes);
     }
   }
 }

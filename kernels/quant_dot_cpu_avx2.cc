@@ -1,9 +1,11 @@
-// AVX2 integer dot product of kernels/quant_dot.h: one weight block unpacked
-// to 32 int8 lanes, then per activation row one maddubs (u8 x s8 -> pairs) and
-// one madd (pairs -> the 8 int32 lane sums of elements 4l..4l+3), widened and
-// accumulated exactly as the portable path does (multiply, then add; this file
-// is compiled with -ffp-contract=off and its target has no "fma"). Up to four
-// activation rows share each unpacked block.
+// AVX2 integer dot product of kernels/quant_dot.h: eight weight blocks at a
+// time, each unpacked to 32 int8 lanes and multiplied with its activation
+// block by one maddubs (u8 x s8 -> pairs) and one madd (pairs -> quads); the
+// eight blocks' integer totals land in one vector (lane k = block b + k), whose
+// float scaling and accumulation is exactly the portable path's per-block
+// multiply-then-add (this file is compiled with -ffp-contract=off and its
+// target has no "fma"). The scales of the eight blocks come in with one
+// gather. Up to eight activation rows share each unpacked block.
 #include "kernels/quant_dot.h"
 #include "kernels/quant_dot_cpu_block.h"
 
@@ -20,8 +22,6 @@ namespace {
 
 // F16C: the block scales are halves (every AVX2 path of cpu_isa.h has it).
 #define SNAPSERVE_AVX2_INT __attribute__((target("avx2,f16c")))
-
-constexpr int64_t kRowsPerGroup = 4;
 
 // 0xFF in byte j where bit j of `bits` is set.
 SNAPSERVE_AVX2_INT inline __m256i bit_bytes(uint32_t bits) {
@@ -40,186 +40,193 @@ SNAPSERVE_AVX2_INT inline __m256i nibbles(const uint8_t* qs) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
 }
 
-struct Unpacked {
-  __m256i v;  // int8 values (signed types) or uint8 (Q4_1/Q5_1)
-  float d, m;
-};
-
-SNAPSERVE_AVX2_INT inline float half_f16c(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return _cvtsh_ss(bits);  // exact, the same value as dot_half_at
-}
-
+// A block's 32 small-integer weights as int8 lanes (signed types) or uint8
+// (Q4_1/Q5_1), in element order. The scales are read eight blocks at a time
+// (block_scales8), so this reads only the quants.
 template <QuantType kType>
-SNAPSERVE_AVX2_INT inline Unpacked unpack_as(const uint8_t* b) {
-  Unpacked u;
-  u.d = half_f16c(b);
-  u.m = 0.0f;
+SNAPSERVE_AVX2_INT inline __m256i block_ints(const uint8_t* b) {
   if constexpr (kType == QuantType::kQ8_0) {
-    u.v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
   } else if constexpr (kType == QuantType::kQ4_0) {
-    u.v = _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8));
+    return _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8));
   } else if constexpr (kType == QuantType::kQ4_1) {
-    u.m = half_f16c(b + 2);
-    u.v = nibbles(b + 4);
+    return nibbles(b + 4);
   } else if constexpr (kType == QuantType::kQ5_0) {
     uint32_t qh;
     std::memcpy(&qh, b + 2, 4);
     const __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
-    u.v = _mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth), _mm256_set1_epi8(16));
+    return _mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth), _mm256_set1_epi8(16));
   } else {  // kQ5_1
     uint32_t qh;
-    u.m = half_f16c(b + 2);
     std::memcpy(&qh, b + 4, 4);
     const __m256i fifth = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
-    u.v = _mm256_or_si256(nibbles(b + 8), fifth);
-  }
-  return u;
-}
-
-SNAPSERVE_AVX2_INT inline Unpacked unpack(QuantType type, const uint8_t* b) {
-  switch (type) {
-    case QuantType::kQ8_0:
-      return unpack_as<QuantType::kQ8_0>(b);
-    case QuantType::kQ4_0:
-      return unpack_as<QuantType::kQ4_0>(b);
-    case QuantType::kQ4_1:
-      return unpack_as<QuantType::kQ4_1>(b);
-    case QuantType::kQ5_0:
-      return unpack_as<QuantType::kQ5_0>(b);
-    default:
-      return unpack_as<QuantType::kQ5_1>(b);
-  }
-}
-
-// Weight rows [r_begin, r_end) against activation rows [i0, i0 + rows).
-template <bool kSigned>
-SNAPSERVE_AVX2_INT void rows_group(const QuantMatrix& w, const QuantizedRows& xq, int64_t r,
-                                   int64_t i0, int64_t rows, float* out, int64_t n_total) {
-  const int64_t blocks = xq.blocks;
-  const int64_t bytes = quant_format(w.type).block_bytes;
-  const uint8_t* wrow = w.row(r);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[kRowsPerGroup];
-  float offset[kRowsPerGroup];
-  for (int64_t i = 0; i < rows; ++i) {
-    acc[i] = _mm256_setzero_ps();
-    offset[i] = 0.0f;
-  }
-  for (int64_t b = 0; b < blocks; ++b) {
-    const Unpacked u = unpack(w.type, wrow + b * bytes);
-    const __m256i abs_w = kSigned ? _mm256_sign_epi8(u.v, u.v) : u.v;
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t xb = (i0 + i) * blocks + b;
-      __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.q.data() + xb * 32));
-      if constexpr (kSigned) xv = _mm256_sign_epi8(xv, u.v);
-      const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, xv), ones);
-      const __m256 scale = _mm256_set1_ps(u.d * xq.d[xb]);
-      acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sums)));
-      if constexpr (!kSigned) offset[i] = offset[i] + u.m * xq.s[xb];
-    }
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    out[(i0 + i) * n_total + r] = simd::lane_sum_avx2(acc[i]) + offset[i];
-  }
-}
-
-// The hot path: four weight rows of one type against one or two activation
-// rows, the type and the shapes template arguments so that the block
-// unpacking has no branch and the accumulators stay in registers. Every
-// output gets the same operations in the same order as rows_group (and the
-// portable path): only which outputs share a loop differs.
-constexpr int kQuad = 4;
-
-template <QuantType kType, bool kPair>
-SNAPSERVE_AVX2_INT void quad_rows(const QuantMatrix& w, const QuantizedRows& xq, int64_t r0,
-                                  int64_t i0, float* out, int64_t n_total) {
-  constexpr bool kSigned =
-      kType == QuantType::kQ8_0 || kType == QuantType::kQ4_0 || kType == QuantType::kQ5_0;
-  const int64_t blocks = xq.blocks;
-  const int64_t bytes = quant_format(kType).block_bytes;
-  const uint8_t* wrow[kQuad];
-  for (int r = 0; r < kQuad; ++r) wrow[r] = w.row(r0 + r);
-  const __m256i ones = _mm256_set1_epi16(1);
-  const int8_t* xa = xq.q.data() + i0 * blocks * 32;
-  const int8_t* xb = kPair ? xa + blocks * 32 : xa;
-  const float* da = xq.d.data() + i0 * blocks;
-  const float* db = kPair ? da + blocks : da;
-  const float* sa = xq.s.data() + i0 * blocks;
-  const float* sb = kPair ? sa + blocks : sa;
-  __m256 acc_a[kQuad], acc_b[kQuad];
-  float off_a[kQuad], off_b[kQuad];
-#pragma GCC unroll 4
-  for (int r = 0; r < kQuad; ++r) {
-    acc_a[r] = acc_b[r] = _mm256_setzero_ps();
-    off_a[r] = off_b[r] = 0.0f;
-  }
-  for (int64_t b = 0; b < blocks; ++b) {
-    const __m256i xva = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa + b * 32));
-    const __m256i xvb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + b * 32));
-#pragma GCC unroll 4
-    for (int r = 0; r < kQuad; ++r) {
-      const Unpacked u = unpack_as<kType>(wrow[r] + b * bytes);
-      const __m256i abs_w = kSigned ? _mm256_sign_epi8(u.v, u.v) : u.v;
-      const __m256i sa_i = kSigned ? _mm256_sign_epi8(xva, u.v) : xva;
-      const __m256i sums_a = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, sa_i), ones);
-      acc_a[r] = _mm256_add_ps(
-          acc_a[r], _mm256_mul_ps(_mm256_set1_ps(u.d * da[b]), _mm256_cvtepi32_ps(sums_a)));
-      if constexpr (!kSigned) off_a[r] = off_a[r] + u.m * sa[b];
-      if constexpr (kPair) {
-        const __m256i sb_i = kSigned ? _mm256_sign_epi8(xvb, u.v) : xvb;
-        const __m256i sums_b = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, sb_i), ones);
-        acc_b[r] = _mm256_add_ps(
-            acc_b[r], _mm256_mul_ps(_mm256_set1_ps(u.d * db[b]), _mm256_cvtepi32_ps(sums_b)));
-        if constexpr (!kSigned) off_b[r] = off_b[r] + u.m * sb[b];
-      }
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < kQuad; ++r) {
-    out[i0 * n_total + r0 + r] = simd::lane_sum_avx2(acc_a[r]) + off_a[r];
-    if constexpr (kPair)
-      out[(i0 + 1) * n_total + r0 + r] = simd::lane_sum_avx2(acc_b[r]) + off_b[r];
+    return _mm256_or_si256(nibbles(b + 8), fifth);
   }
 }
 
 template <QuantType kType>
-SNAPSERVE_AVX2_INT void quads(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
-                              int64_t r_end, float* out, int64_t n_total) {
-  for (int64_t r0 = r_begin; r0 < r_end; r0 += kQuad) {
-    for (int64_t i0 = 0; i0 < xq.m; i0 += 2) {
-      if (i0 + 1 < xq.m) {
-        quad_rows<kType, true>(w, xq, r0, i0, out, n_total);
-      } else {
-        quad_rows<kType, false>(w, xq, r0, i0, out, n_total);
-      }
-    }
+constexpr bool kSignedInts =
+    kType == QuantType::kQ8_0 || kType == QuantType::kQ4_0 || kType == QuantType::kQ5_0;
+
+// The 8 int32 partial sums (elements 4l..4l+3) of one block's products with
+// 32 int8 activations: maddubs (u8 x s8 -> pairs) then madd (pairs -> quads).
+// No sum can saturate: |w| <= 128 and |x| <= 127.
+template <QuantType kType>
+SNAPSERVE_AVX2_INT inline __m256i block_products(__m256i w, const int8_t* x) {
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (kSignedInts<kType>) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w)),
+                             ones);
+  } else {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
   }
 }
 
-// Rows [r_begin, r_end) whose count is a multiple of kQuad; false for a type
-// without a quad kernel.
-bool run_quads(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin, int64_t r_end,
-               float* out, int64_t n_total) {
-  switch (w.type) {
-    case QuantType::kQ8_0:
-      quads<QuantType::kQ8_0>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ4_0:
-      quads<QuantType::kQ4_0>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ4_1:
-      quads<QuantType::kQ4_1>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ5_0:
-      quads<QuantType::kQ5_0>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ5_1:
-      quads<QuantType::kQ5_1>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    default:
-      return false;
+// Lane k of the result: the total of s[k]'s 8 lanes (integer adds: exact in
+// any order).
+SNAPSERVE_AVX2_INT inline __m256i totals_of_8(const __m256i* s) {
+  const __m256i h01 = _mm256_hadd_epi32(s[0], s[1]), h23 = _mm256_hadd_epi32(s[2], s[3]);
+  const __m256i h45 = _mm256_hadd_epi32(s[4], s[5]), h67 = _mm256_hadd_epi32(s[6], s[7]);
+  const __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+template <QuantType kType>
+constexpr int kBlockBytes = kType == QuantType::kQ8_0   ? 34
+                            : kType == QuantType::kQ4_0 ? 18
+                            : kType == QuantType::kQ4_1 ? 20
+                            : kType == QuantType::kQ5_0 ? 22
+                                                        : 24;
+
+// All lanes (count 8) or the first `count` lanes, as a mask vector.
+SNAPSERVE_AVX2_INT inline __m256i first_lanes(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The half-precision d (first two bytes) and m (next two; unused by the
+// signed types) of `count` <= 8 consecutive blocks at `first`, as floats
+// (0 in the lanes past count): one gather of each block's first 4 bytes,
+// the halves split apart and converted exactly.
+template <QuantType kType, bool kPartial>
+SNAPSERVE_AVX2_INT inline void block_scales8(const uint8_t* first, int64_t count, __m256* d,
+                                             __m256* m) {
+  constexpr int kB = kBlockBytes<kType>;
+  const __m256i offsets = _mm256_setr_epi32(0, kB, 2 * kB, 3 * kB, 4 * kB, 5 * kB, 6 * kB, 7 * kB);
+  const int* base = reinterpret_cast<const int*>(first);
+  const __m256i heads = kPartial ? _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), base,
+                                                               offsets, first_lanes(count), 1)
+                                 : _mm256_i32gather_epi32(base, offsets, 1);
+  // Per 128 bits: d0..d3, m0..m3 | d4..d7, m4..m7; then d0..d7 | m0..m7.
+  const __m256i halves = _mm256_permute4x64_epi64(
+      _mm256_packus_epi32(_mm256_and_si256(heads, _mm256_set1_epi32(0xFFFF)),
+                          _mm256_srli_epi32(heads, 16)),
+      0xD8);
+  *d = _mm256_cvtph_ps(_mm256_castsi256_si128(halves));
+  *m = _mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1));
+}
+
+// 8 floats at p, or the first `count` (0 past them).
+template <bool kPartial>
+SNAPSERVE_AVX2_INT inline __m256 load8(const float* p, int64_t count) {
+  return kPartial ? _mm256_maskload_ps(p, first_lanes(count)) : _mm256_loadu_ps(p);
+}
+
+// Adds blocks [b, b + count) (count = 8, or fewer when kPartial: the last
+// blocks of a row) of one weight row against one activation row to `acc`,
+// lane k taking block b + k. The lanes past count get (0 * 0) * 0 (+ 0 * 0):
+// adding +0 leaves every float32 bit as it was (a lane that starts at +0 can
+// never become -0), so they match the portable path, which adds nothing.
+template <QuantType kType, bool kPartial>
+SNAPSERVE_AVX2_INT inline __m256 add_blocks(__m256 acc, const __m256i* products, __m256 d, __m256 m,
+                                            const float* dx, const float* sx, int64_t count) {
+  acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, load8<kPartial>(dx, count)),
+                                         _mm256_cvtepi32_ps(totals_of_8(products))));
+  if constexpr (!kSignedInts<kType>) {
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(m, load8<kPartial>(sx, count)));
+  }
+  return acc;
+}
+
+// Activation rows that share one unpacked weight block (their accumulators
+// live on the stack between the eight-block steps).
+constexpr int64_t kSharedRows = 8;
+
+// One eight-block step of row_dot: blocks [b, b + count) of one weight row,
+// unpacked once, against activation rows i0 .. i0 + rows - 1.
+template <QuantType kType, int64_t kMaxRows, bool kPartial>
+SNAPSERVE_AVX2_INT inline void blocks_step(const uint8_t* wrow, const QuantizedRows& xq, int64_t i0,
+                                           int64_t rows, int64_t b, int64_t count, __m256* acc) {
+  constexpr int64_t kB = kBlockBytes<kType>;
+  const int64_t blocks = xq.blocks;
+  __m256 d, m;
+  if constexpr (kMaxRows == 1) {
+    // Each block's products right after its unpacking: only the eight
+    // products are live, so nothing spills out of the 16 registers.
+    const int8_t* x = xq.q.data() + (i0 * blocks + b) * kDotBlock;
+    __m256i p[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      p[k] = kPartial && k >= count
+                 ? _mm256_setzero_si256()
+                 : block_products<kType>(block_ints<kType>(wrow + (b + k) * kB), x + k * kDotBlock);
+    }
+    block_scales8<kType, kPartial>(wrow + b * kB, count, &d, &m);
+    acc[0] = add_blocks<kType, kPartial>(acc[0], p, d, m, xq.d.data() + i0 * blocks + b,
+                                         xq.s.data() + i0 * blocks + b, count);
+    return;
+  }
+  block_scales8<kType, kPartial>(wrow + b * kB, count, &d, &m);
+  __m256i w[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    w[k] = kPartial && k >= count ? _mm256_setzero_si256() : block_ints<kType>(wrow + (b + k) * kB);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t row = (i0 + i) * blocks;
+    const int8_t* x = xq.q.data() + (row + b) * kDotBlock;
+    __m256i p[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) p[k] = block_products<kType>(w[k], x + k * kDotBlock);
+    acc[i] = add_blocks<kType, kPartial>(acc[i], p, d, m, xq.d.data() + row + b,
+                                         xq.s.data() + row + b, count);
+  }
+}
+
+// One weight row against activation rows i0 .. i0 + rows - 1 (rows <=
+// kMaxRows): the arithmetic of kernels/quant_dot.h, eight blocks per vector
+// step (the last step partial when blocks % 8 != 0). Results go to
+// out[(i0 + i) * n_total].
+template <QuantType kType, int64_t kMaxRows>
+SNAPSERVE_AVX2_INT void row_dot(const uint8_t* wrow, const QuantizedRows& xq, int64_t i0,
+                                int64_t rows, float* out, int64_t n_total) {
+  const int64_t blocks = xq.blocks;
+  __m256 acc[kMaxRows];
+  for (int64_t i = 0; i < kMaxRows; ++i) acc[i] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= blocks; b += 8) {
+    blocks_step<kType, kMaxRows, false>(wrow, xq, i0, rows, b, 8, acc);
+  }
+  if (b < blocks) blocks_step<kType, kMaxRows, true>(wrow, xq, i0, rows, b, blocks - b, acc);
+  for (int64_t i = 0; i < (kMaxRows == 1 ? 1 : rows); ++i) {
+    out[(i0 + i) * n_total] = simd::lane_sum_avx2(acc[i]);
+  }
+}
+
+template <QuantType kType>
+SNAPSERVE_AVX2_INT void rows_dot(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
+                                 int64_t r_end, float* out, int64_t n_total) {
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    if (xq.m == 1) {
+      row_dot<kType, 1>(w.row(r), xq, 0, 1, out + r, n_total);
+      continue;
+    }
+    for (int64_t i0 = 0; i0 < xq.m; i0 += kSharedRows) {
+      row_dot<kType, kSharedRows>(w.row(r), xq, i0, std::min(kSharedRows, xq.m - i0), out + r,
+                                  n_total);
+    }
   }
 }
 
@@ -227,25 +234,25 @@ bool run_quads(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin, i
 
 bool int8_dot_avx2(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin, int64_t r_end,
                    float* out, int64_t n_total) {
-  const bool is_signed =
-      w.type == QuantType::kQ8_0 || w.type == QuantType::kQ4_0 || w.type == QuantType::kQ5_0;
-  // Small batches (a decode step of one or two sequences): whole quads of
-  // weight rows through the unrolled kernel; the rest as before.
-  if (xq.m <= 2) {
-    const int64_t quad_end = r_begin + (r_end - r_begin) / kQuad * kQuad;
-    if (quad_end > r_begin && run_quads(w, xq, r_begin, quad_end, out, n_total)) r_begin = quad_end;
+  switch (w.type) {
+    case QuantType::kQ8_0:
+      rows_dot<QuantType::kQ8_0>(w, xq, r_begin, r_end, out, n_total);
+      return true;
+    case QuantType::kQ4_0:
+      rows_dot<QuantType::kQ4_0>(w, xq, r_begin, r_end, out, n_total);
+      return true;
+    case QuantType::kQ4_1:
+      rows_dot<QuantType::kQ4_1>(w, xq, r_begin, r_end, out, n_total);
+      return true;
+    case QuantType::kQ5_0:
+      rows_dot<QuantType::kQ5_0>(w, xq, r_begin, r_end, out, n_total);
+      return true;
+    case QuantType::kQ5_1:
+      rows_dot<QuantType::kQ5_1>(w, xq, r_begin, r_end, out, n_total);
+      return true;
+    default:
+      return false;
   }
-  for (int64_t r = r_begin; r < r_end; ++r) {
-    for (int64_t i0 = 0; i0 < xq.m; i0 += kRowsPerGroup) {
-      const int64_t rows = std::min(kRowsPerGroup, xq.m - i0);
-      if (is_signed) {
-        rows_group<true>(w, xq, r, i0, rows, out, n_total);
-      } else {
-        rows_group<false>(w, xq, r, i0, rows, out, n_total);
-      }
-    }
-  }
-  return true;
 }
 
 }  // namespace snapserve::kernels::cpu

@@ -72,4 +72,18 @@ inline WeightBlock read_block(QuantType type, const uint8_t* b) {
   return w;
 }
 
+// One block's term of kernels/quant_dot.h's arithmetic, added to the
+// accumulator lane it belongs to: the exact integer dot product of the
+// block's 32 weights with 32 int8 activations (scale dx, scaled sum sx),
+// times d * dx, then the Q4_1/Q5_1 offset m * sx; each a multiply then an
+// add, never fused.
+inline float add_block_term(const WeightBlock& wb, const int8_t* x, float dx, float sx,
+                            float lane) {
+  int sum = 0;
+  for (int j = 0; j < kDotBlock; ++j) sum += wb.v[j] * x[j];
+  lane = lane + (wb.d * dx) * static_cast<float>(sum);
+  if (wb.has_m) lane = lane + wb.m * sx;
+  return lane;
+}
+
 }  // namespace snapserve::kernels::cpu

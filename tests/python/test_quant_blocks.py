@@ -106,10 +106,11 @@ def test_linear_int8_dot_vs_float64_reference(torch_ops, qtype):
     32 is replaced by d_x * q with |x - d_x q| <= d_x / 2, d_x = max|x_b| / 127,
     so |sum_j w_j (x_j - d_x q_j)| <= sum_b (max|x_b| / 254) * sum_{j in b} |w_j|.
     On top of that, float32 rounding of the per-block products and the sums:
-    bounded here by (K/8 + 2 K/32 + 8) * 2^-24 * sum|x_j w_j| (each lane adds
-    K/32 block terms, each term one rounding of the scale product and one of
-    the product; the offset term of Q4_1/Q5_1 adds K/32 more)."""
-    bpr = 512 // 32
+    bounded here by (K/8 + 2 K/32 + 8) * 2^-24 * sum|x_j w_j|, the bound of
+    an earlier form that added K/32 terms to each lane; today each lane adds
+    K/256 block terms (one rounding of the scale product, one of the product,
+    one of the sum; the offset term of Q4_1/Q5_1 as many more), well inside it."""
+    bpr = 576 // 32  # 18 blocks: the SIMD path's full and partial eight-block steps
     data, k = _random_blocks(qtype, rows=41, blocks_per_row=bpr, seed=200 + int(qtype))
     w = torch.from_numpy(gguf.quants.dequantize(data, qtype).reshape(41, k)).double()
     blocks = torch.from_numpy(data.copy())

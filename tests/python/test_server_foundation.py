@@ -35,7 +35,7 @@ def test_help_lists_every_flag_with_its_environment_variable():
     assert out.returncode == 0
     for flag in ["--model", "--port", "--metrics-port", "--metrics-host", "--kv-cache-memory",
                  "--max-queue", "--shutdown-grace", "--tls-cert", "--snapkv-capacity",
-                 "--snapkv-window"]:
+                 "--snapkv-window", "--auth-token-file"]:
         assert flag + "=" in out.stdout, flag
     assert "SNAPSERVE_KV_CACHE_MEMORY" in out.stdout
 

@@ -6,8 +6,8 @@
 // fits: an AuthMetadataProcessor attaches to server credentials and
 // InsecureServerCredentials aborts the process when one is set (plaintext
 // behind a mesh or gateway is this service's usual deployment), and a server
-// interceptor can only Proceed (Hijack is client-side), so it cannot end a
-// call with UNAUTHENTICATED. Checking in the service also leaves
+// interceptor can only Proceed (Hijack is client-side) or cancel the call
+// (CANCELLED), so it cannot end a call with UNAUTHENTICATED. Checking in the service also leaves
 // grpc.health.v1 and reflection open for kubelet probes, as intended.
 #pragma once
 
@@ -17,7 +17,8 @@
 #include <string>
 #include <string_view>
 
-#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/status.h>
+#include <grpcpp/support/string_ref.h>
 
 #include "engine/common/status_or.h"
 

@@ -115,7 +115,10 @@ int Run(const ServerConfig& config) {
     return 1;
   }
   auto* health = server->GetHealthCheckService();
-  health->SetServingStatus(false);  // NOT_SERVING while the model loads
+  // NOT_SERVING while the model loads, for the server ("") and for the
+  // Generation service by name (unregistered, it would answer NOT_FOUND).
+  health->SetServingStatus(kServiceName, false);
+  health->SetServingStatus(false);
   LogEvent("info", "grpc_listening",
            {{"address", address},
             {"port", bound_port},

@@ -457,8 +457,9 @@ def test_loading_state_then_serving(hf_model_dir, tmp_path, start_server, pb):
             health = health_pb2_grpc.HealthStub(ch)
             stub = pb2_grpc.GenerationStub(ch)
             grpc.channel_ready_future(ch).result(timeout=60)
-            r = health.Check(health_pb2.HealthCheckRequest(), timeout=10)
-            assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            for service in ("", "snapserve.v1.Generation"):
+                r = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+                assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING, service
             watch = health.Watch(health_pb2.HealthCheckRequest(), timeout=120)
             assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
 

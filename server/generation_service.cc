@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "server/auth.h"
 #include "server/generate_calls.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -42,10 +43,22 @@ class FinishedWriter final : public grpc::ServerWriteReactor<GenerateStreamRespo
 
 }  // namespace
 
-grpc::Status GenerationService::Admission() const {
+grpc::Status GenerationService::Admission(const grpc::CallbackServerContext* ctx) const {
+  // Authentication first, so a caller without the token learns nothing about
+  // the server's state.
+  if (auth_ != nullptr) {
+    if (grpc::Status status = auth_->Check(ctx->client_metadata()); !status.ok()) return status;
+  }
   if (draining_.load()) return {grpc::StatusCode::UNAVAILABLE, "server is draining"};
   if (!ready_.load()) return {grpc::StatusCode::UNAVAILABLE, "model is loading"};
   return grpc::Status::OK;
+}
+
+void GenerationService::RecordRefused(const grpc::Status& status) const {
+  // UNAUTHENTICATED has no engine status name (GrpcCodeName would say
+  // UNKNOWN); such calls are not counted in snapserve_requests_total.
+  if (metrics_ == nullptr || status.error_code() == grpc::StatusCode::UNAUTHENTICATED) return;
+  metrics_->RecordRequest({.status = GrpcCodeName(status.error_code())});
 }
 
 grpc::ServerUnaryReactor* GenerationService::FinishUnary(grpc::CallbackServerContext* ctx,
@@ -58,9 +71,9 @@ grpc::ServerUnaryReactor* GenerationService::FinishUnary(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* ctx,
                                                       const snapserve::v1::GenerateRequest* request,
                                                       snapserve::v1::GenerateResponse* response) {
-  grpc::Status status = Admission();
+  grpc::Status status = Admission(ctx);
   if (!status.ok()) {
-    if (metrics_ != nullptr) metrics_->RecordRequest({.status = GrpcCodeName(status.error_code())});
+    RecordRefused(status);
     return FinishUnary(ctx, status);
   }
   return StartGenerateCall({engine_.load(), metrics_, &in_flight_}, ctx, request, response);
@@ -68,9 +81,9 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
 
 grpc::ServerWriteReactor<GenerateStreamResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* ctx, const snapserve::v1::GenerateRequest* request) {
-  grpc::Status status = Admission();
+  grpc::Status status = Admission(ctx);
   if (!status.ok()) {
-    if (metrics_ != nullptr) metrics_->RecordRequest({.status = GrpcCodeName(status.error_code())});
+    RecordRefused(status);
     return new FinishedWriter(status);
   }
   return StartGenerateStreamCall({engine_.load(), metrics_, &in_flight_}, ctx, request);
@@ -79,7 +92,7 @@ grpc::ServerWriteReactor<GenerateStreamResponse>* GenerationService::GenerateStr
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,
                                                       const snapserve::v1::TokenizeRequest* request,
                                                       snapserve::v1::TokenizeResponse* response) {
-  grpc::Status status = Admission();
+  grpc::Status status = Admission(ctx);
   if (status.ok()) {
     StatusOr<std::vector<uint32_t>> ids = engine_.load()->Tokenize(
         request->text(), request->add_special_tokens(), request->split_special_tokens());
@@ -98,7 +111,7 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* ctx,
                                                           const snapserve::v1::GetModelInfoRequest*,
                                                           snapserve::v1::ModelInfo* response) {
-  grpc::Status status = Admission();
+  grpc::Status status = Admission(ctx);
   if (status.ok()) FillModelInfo(engine_.load()->model(), response);
   return FinishUnary(ctx, status);
 }

@@ -14,6 +14,7 @@
 
 namespace snapserve::server {
 
+class BearerAuth;
 class Metrics;
 
 // Counts calls in flight; Drain() waits for them to end.
@@ -42,6 +43,9 @@ class GenerationService final : public snapserve::v1::Generation::CallbackServic
     ready_.store(engine != nullptr);
   }
   void SetDraining(bool draining) { draining_.store(draining); }
+  // With --auth-token-file: every call must carry the bearer token
+  // (server/auth.h). Set before the server starts; must outlive the service.
+  void SetAuth(const BearerAuth* auth) { auth_ = auth; }
   InFlight& in_flight() { return in_flight_; }
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx,
@@ -57,12 +61,16 @@ class GenerationService final : public snapserve::v1::Generation::CallbackServic
                                          snapserve::v1::ModelInfo* response) override;
 
  private:
+  // UNAUTHENTICATED without the bearer token (when one is configured), then
   // UNAVAILABLE while loading or draining; OK otherwise.
-  grpc::Status Admission() const;
+  grpc::Status Admission(const grpc::CallbackServerContext* ctx) const;
+  // Counts a Generate/GenerateStream call refused before it started.
+  void RecordRefused(const grpc::Status& status) const;
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
                                         const grpc::Status& status);
 
   Metrics* metrics_;
+  const BearerAuth* auth_ = nullptr;
   std::atomic<engine::Engine*> engine_{nullptr};
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/auth.h"
 #include "server/generation_service.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -70,6 +71,17 @@ int Run(const ServerConfig& config) {
     return 2;
   }
 
+  // Read before anything listens, so a bad token file fails startup.
+  std::unique_ptr<BearerAuth> auth;
+  if (!config.auth_token_file.empty()) {
+    StatusOr<std::string> token = ReadAuthTokenFile(config.auth_token_file);
+    if (!token.ok()) {
+      LogEvent("error", "startup_failed", {{"error", token.status().message()}});
+      return 2;
+    }
+    auth = std::make_unique<BearerAuth>(*token);
+  }
+
   Metrics metrics;
   if (config.metrics_port > 0) {
     if (std::string err = metrics.Serve(config.metrics_host, config.metrics_port); !err.empty()) {
@@ -80,6 +92,7 @@ int Run(const ServerConfig& config) {
   }
 
   GenerationService service(&metrics);
+  service.SetAuth(auth.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
@@ -102,12 +115,16 @@ int Run(const ServerConfig& config) {
     return 1;
   }
   auto* health = server->GetHealthCheckService();
-  health->SetServingStatus(false);  // NOT_SERVING while the model loads
+  // NOT_SERVING while the model loads, for the server ("") and for the
+  // Generation service by name (unregistered, it would answer NOT_FOUND).
+  health->SetServingStatus(kServiceName, false);
+  health->SetServingStatus(false);
   LogEvent("info", "grpc_listening",
            {{"address", address},
             {"port", bound_port},
             {"tls", !config.tls_cert.empty()},
-            {"mtls", !config.tls_client_ca.empty()}});
+            {"mtls", !config.tls_client_ca.empty()},
+            {"auth", auth != nullptr}});
 
   LogEvent("info", "model_loading", {{"model", config.engine.model_path}});
   const auto load_start = std::chrono::steady_clock::now();

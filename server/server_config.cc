@@ -120,6 +120,13 @@ const std::vector<FlagSpec>& Flags() {
        "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)",
        [](ServerConfig& c, const std::string& v) { return c.tls_client_ca = v, ""; },
        [](const ServerConfig& c) { return c.tls_client_ca; }},
+      {"auth-token-file",
+       "file holding one bearer token; every Generation call must then send metadata "
+       "'authorization: Bearer <token>' (health checks stay open)",
+       [](ServerConfig& c, const std::string& v) {
+         return v.empty() ? "must not be empty" : (c.auth_token_file = v, "");
+       },
+       [](const ServerConfig& c) { return c.auth_token_file; }},
       {"shutdown-grace", "seconds SIGTERM waits for in-flight requests before exiting",
        [](ServerConfig& c, const std::string& v) {
          char* end = nullptr;

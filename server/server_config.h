@@ -26,6 +26,9 @@ struct ServerConfig {
   std::string tls_key;        // PEM file
   std::string tls_client_ca;  // PEM file; when set, clients must present a certificate it signed
   double shutdown_grace_s = 30;
+  // File holding one bearer token; when set, every Generation call must send
+  // `authorization: Bearer <token>` (server/auth.h). Health stays open.
+  std::string auth_token_file;
 
   // The model, the engine's limits and the SnapKV defaults:
   // the engine's own options, whose defaults are the flags' defaults.

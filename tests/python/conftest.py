@@ -1,7 +1,9 @@
 """Shared pytest fixtures and the skip policy of `make test`.
 
 A skipped test counts as a failure unless it carries the `gpu` marker (GPU-only
-tests skip visibly on a machine without CUDA). The C++ code under test is
+tests skip visibly on a machine without CUDA); a module skipped at collection
+and an XPASS count as failures too (the skip policy below, and xfail_strict in
+pytest.ini). The C++ code under test is
 reached through the torch-ops library built in tests/torch_ops/ or through the
 real `snapserve` binary; both come from SNAPSERVE_BUILD_DIR (default: build/).
 """
@@ -26,19 +28,51 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running (real model, long prompts)")
 
 
+# The skip policy. Three ways a test can check less than a run claims, each
+# made a failure here:
+#  - a skipped test without the `gpu` marker (the marker itself, through
+#    get_closest_marker: not any keyword that happens to be named "gpu", such
+#    as a test or module name);
+#  - a module skipped while it is collected (pytest.importorskip, or
+#    pytest.skip(allow_module_level=True)): its tests never become items, so
+#    only the collection report shows it. GPU-only modules mark their tests
+#    instead of skipping the module;
+#  - an XPASS: pytest.ini sets xfail_strict = true, so an xfail test that
+#    passes fails; one marked strict=False is caught here.
+# An XFAIL (a strict xfail test that fails as expected) is not a skip.
 _illegal_skips = []
 
 
-def pytest_runtest_logreport(report):
-    if report.skipped and "gpu" not in report.keywords:
-        _illegal_skips.append(report.nodeid)
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    xfailed = hasattr(report, "wasxfail")
+    if report.skipped and not xfailed and item.get_closest_marker("gpu") is None:
+        _illegal_skips.append(f"{report.nodeid} (skipped: {_skip_reason(report)})")
+    elif report.passed and xfailed and report.when == "call":
+        _illegal_skips.append(f"{report.nodeid} (XPASS: marked xfail but passed)")
+
+
+def pytest_collectreport(report):
+    if report.skipped:
+        _illegal_skips.append(f"{report.nodeid} (module skipped at collection: "
+                              f"{_skip_reason(report)})")
+
+
+def _skip_reason(report):
+    # longrepr of a skip is (path, line, "Skipped: reason").
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        return report.longrepr[2]
+    return str(report.longrepr)
 
 
 def pytest_sessionfinish(session, exitstatus):
     if _illegal_skips:
-        print("\nRequired tests were skipped (only @pytest.mark.gpu tests may skip):")
-        for nodeid in _illegal_skips:
-            print(f"  {nodeid}")
+        print("\nRequired tests were skipped or passed unexpectedly (only @pytest.mark.gpu "
+              "tests may skip; no module may skip; no XPASS):")
+        for entry in _illegal_skips:
+            print(f"  {entry}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

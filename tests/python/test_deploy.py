@@ -176,7 +176,7 @@ def test_overlay_renders_and_validates(overlay):
         validated += 1
     kinds = {d["kind"] for d in docs}
     for k in ("Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "HorizontalPodAutoscaler",
-              "ServiceMonitor", "ServiceAccount", "Namespace"):
+              "ServiceMonitor", "ServiceAccount", "Namespace", "NetworkPolicy"):
         assert k in kinds, f"overlays/{overlay} renders no {k}"
     assert validated >= 8
 
@@ -340,6 +340,142 @@ def test_eks_gpu_overlay_and_karpenter():
     assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
     assert pv["spec"]["csi"]["driver"] == "s3.csi.aws.com"
     assert pv["spec"]["claimRef"] == {"namespace": pvc["metadata"]["namespace"], "name": pvc["metadata"]["name"]}
+
+
+# --- NetworkPolicy ---------------------------------------------------------------
+
+CLIENT_LABEL = {"snapserve.io/grpc-client": "true"}
+
+
+def peer_admits(peer, policy_ns, ns_labels, pod_labels):
+    """Kubernetes' NetworkPolicyPeer semantics for a pod with `pod_labels` in a
+    namespace with `ns_labels` (which include kubernetes.io/metadata.name):
+    namespaceSelector alone = every pod of the matching namespaces, podSelector
+    alone = matching pods of the policy's namespace, both = matching pods of the
+    matching namespaces. matchExpressions are not used by our policies."""
+    assert "ipBlock" not in peer, "ipBlock peers bypass the label-based rules"
+    for sel in ("namespaceSelector", "podSelector"):
+        if sel in peer:
+            assert set(peer[sel]) <= {"matchLabels"}, f"unsupported selector form {peer[sel]}"
+    if "namespaceSelector" in peer:
+        ns_ok = selects(peer["namespaceSelector"].get("matchLabels", {}), ns_labels)
+    else:
+        ns_ok = ns_labels["kubernetes.io/metadata.name"] == policy_ns
+    pod_ok = selects(peer.get("podSelector", {}).get("matchLabels", {}), pod_labels)
+    return ns_ok and pod_ok
+
+
+def ingress_admits(policy, container_ports, ns_labels, pod_labels, port):
+    """True when some ingress rule admits this source to container port `port`."""
+    ns = policy["metadata"]["namespace"]
+    for rule in policy["spec"].get("ingress", []):
+        assert rule.get("from"), "an ingress rule without 'from' admits every source"
+        assert rule.get("ports"), "an ingress rule without 'ports' admits every port"
+        numbers = {container_ports.get(p["port"], p["port"]) for p in rule["ports"]}
+        if port in numbers and any(peer_admits(peer, ns, ns_labels, pod_labels)
+                                   for peer in rule["from"]):
+            return True
+    return False
+
+
+def namespace(name, **labels):
+    return {"kubernetes.io/metadata.name": name, **labels}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policy(overlay):
+    docs = render(overlay)
+    policy = one(docs, "NetworkPolicy")
+    dep = one(docs, "Deployment")
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    grpc_port, metrics_port = ports["grpc"], ports["metrics"]
+    ns = dep["metadata"]["namespace"]
+    assert policy["metadata"]["namespace"] == ns
+    assert selects(policy["spec"]["podSelector"]["matchLabels"], pod_labels), \
+        "the NetworkPolicy does not select the snapserve pods"
+    assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    for rule in policy["spec"]["ingress"]:
+        for p in rule["ports"]:
+            assert p["port"] in ports or p["port"] in ports.values(), f"unknown port {p['port']}"
+
+    def admits(ns_labels, labels, port):
+        return ingress_admits(policy, ports, ns_labels, labels, port)
+
+    prometheus = {"app.kubernetes.io/name": "prometheus"}
+    monitoring = namespace("monitoring")
+    gateway = namespace("gateway", **CLIENT_LABEL)
+    # Prometheus in the monitoring namespace: metrics, and nothing else.
+    assert admits(monitoring, prometheus, metrics_port)
+    assert not admits(monitoring, prometheus, grpc_port)
+    assert not admits(monitoring, {"app.kubernetes.io/name": "grafana"}, metrics_port)
+    assert not admits(namespace("other"), prometheus, metrics_port)
+    # gRPC only from the client selector: any pod of a labelled namespace, or a
+    # labelled pod of snapserve's own namespace.
+    assert admits(gateway, {}, grpc_port)
+    assert not admits(gateway, {}, metrics_port)
+    assert admits(namespace(ns), CLIENT_LABEL, grpc_port)
+    assert not admits(namespace(ns), {}, grpc_port)
+    assert not admits(namespace("other"), {}, grpc_port)
+    assert not admits(namespace("other"), CLIENT_LABEL, grpc_port), \
+        "a labelled pod in an unlabelled namespace is no client"
+    assert not admits(namespace(ns), pod_labels, grpc_port), "replicas do not call each other"
+    # Nothing reaches any other port.
+    assert not admits(gateway, {}, 8080) and not admits(monitoring, prometheus, 8080)
+
+    # Egress: DNS to kube-dns and nothing else (the model is a local file).
+    (egress,) = policy["spec"]["egress"]
+    assert sorted((p["port"], p["protocol"]) for p in egress["ports"]) == [(53, "TCP"), (53, "UDP")]
+    (peer,) = egress["to"]
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "kube-system"}
+    assert peer["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+    # The labels are documented where users look for them.
+    text = readme_deploying()
+    assert "snapserve.io/grpc-client" in text and "monitoring" in text
+
+
+# --- optional authentication component -----------------------------------------
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_auth_component(overlay, tmp_path):
+    """deploy/k8s/components/auth on top of an overlay: the token file from the
+    Secret snapserve-auth, named by SNAPSERVE_AUTH_TOKEN_FILE. Rendered from a
+    copy of deploy/k8s with one extra overlay (kustomize refuses absolute
+    paths), and validated like the overlays."""
+    import kubernetes_validate
+    tree = tmp_path / "k8s"
+    shutil.copytree(ROOT / "deploy" / "k8s", tree)
+    extra = tree / "overlays" / "with-auth"
+    extra.mkdir()
+    (extra / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - ../{overlay}\ncomponents:\n  - ../../components/auth\n")
+    r = run([kustomize_binary(), "build", extra])
+    assert r.returncode == 0, r.stderr
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    for d in docs:
+        if (d["apiVersion"], d["kind"]) not in CRD_KINDS:
+            kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+
+    data = one(docs, "ConfigMap")["data"]
+    assert "SNAPSERVE_AUTH_TOKEN_FILE" in help_flag_envs()
+    token_file = pathlib.PurePosixPath(data["SNAPSERVE_AUTH_TOKEN_FILE"])
+    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    mount = mounts[str(token_file.parent)]
+    assert mount.get("readOnly") is True
+    volume = {v["name"]: v for v in spec["volumes"]}[mount["name"]]
+    secret = volume["secret"]
+    assert secret["secretName"] == "snapserve-auth" and not secret.get("optional", False)
+    assert {"key": "token", "path": token_file.name} in secret["items"]
+    # Readable by the pod's group (fsGroup), not by others.
+    assert secret["defaultMode"] & 0o040 and not secret["defaultMode"] & 0o007
+    assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsGroup"]
+    # Everything else is the overlay unchanged; the plain overlay has no token.
+    assert "SNAPSERVE_AUTH_TOKEN_FILE" not in one(render(overlay), "ConfigMap")["data"]
+    assert len(docs) == len(render(overlay))
 
 
 # --- Prometheus rules ----------------------------------------------------------

@@ -3,12 +3,23 @@ against a dense reference in plain torch: the paged K/V are gathered through
 the block table into contiguous tensors and attended with
 torch.nn.functional.scaled_dot_product_attention in float32.
 
-Tolerances. float32: 1e-5 (both sides compute float32 dot products and a
-float32 softmax, differing only in summation order). bfloat16 / float16: the
-inputs are the same low-precision values on both sides and the reference
-computes in float32, so the only extra error is the kernel rounding its output
-to the input dtype: half an ulp, i.e. 2^-9 (bfloat16) / 2^-12 (float16)
-relative; we allow 1e-2 / 2e-3 absolute + relative.
+Tolerances. float32: 1e-5 absolute + relative (both sides compute float32 dot
+products and a float32 softmax, differing only in summation order).
+bfloat16 / float16 outputs: the inputs are the same low-precision values on both
+sides and the reference computes in float32, so the extra error is the kernel
+rounding each output to the input dtype: at most half an ulp of that element,
+hence at most half an ulp of the row's largest |value|. Each row (one query
+head of one sequence) is therefore allowed ONE ulp of its own max|want|
+(2^-7 for bfloat16, 2^-10 for float16, relative to that max), twice the
+rounding bound. A fixed absolute tolerance would not do: attention over 4K-8K
+random values averages them down to |out| ~ 0.05, where 1e-2 absolute is a
+fifth of the signal and lets a dropped last 16-token block pass.
+`test_long_contexts_up_to_8192` proves the comparison can fail: dropping the
+last block from the reference (and, where the output is float32, the last
+token) must fail it. A dropped last token moves a bfloat16 output at 8K by
+about 0.1-0.2 ulp of the row, below the rounding of the output itself, so for
+bfloat16 only the float32-output path (float32 query over a bfloat16 cache)
+can see it, and there it must.
 """
 import math
 
@@ -18,7 +29,35 @@ import torch.nn.functional as F
 
 from conftest import cuda_available
 
-TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+FLOAT32_TOL = 1e-5
+# One ulp at 1.0 (the spacing of values in [1, 2)): 2^-(mantissa bits).
+ULP = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}
+
+
+def rows_close(got, want, dtype, ulps=1.0):
+    """True when `got` matches the float32 `want` within the tolerance of the
+    output dtype `dtype` (module docstring): float32 1e-5 absolute + relative;
+    bfloat16/float16 `ulps` ulps of each row's max|want| (rows: the last dim)."""
+    got, want = got.float().cpu(), want.float().cpu()
+    if got.shape != want.shape:
+        return False
+    err = (got - want).abs()
+    if dtype == torch.float32:
+        return bool((err <= FLOAT32_TOL + FLOAT32_TOL * want.abs()).all())
+    row_max = want.abs().amax(dim=-1, keepdim=True)
+    return bool((err <= ulps * ULP[dtype] * row_max + 1e-30).all())
+
+
+def assert_rows_close(got, want, dtype, ulps=1.0):
+    if rows_close(got, want, dtype, ulps):
+        return
+    got, want = got.float().cpu(), want.float().cpu()
+    err = (got - want).abs()
+    scale = want.abs().amax(dim=-1, keepdim=True) * ULP.get(dtype, 1.0)
+    worst = (err / scale).amax().item() if dtype != torch.float32 else err.amax().item()
+    unit = "ulps of the row's max|want|" if dtype != torch.float32 else "absolute"
+    raise AssertionError(f"{dtype}: worst error {worst:.3g} {unit} "
+                         f"(allowed {ulps if dtype != torch.float32 else FLOAT32_TOL})")
 
 
 def make_case(batch_lens, num_heads, num_kv_heads, head_dim, block_size, dtype, seed,
@@ -74,7 +113,7 @@ def test_matches_dense_reference(torch_ops, dtype, group):
     got = torch_ops.paged_decode_attention(q, kc, vc, tables, ctx, scale)
     assert got.dtype == dtype and got.shape == q.shape
     want = reference(q, kc, vc, tables, ctx, scale)
-    torch.testing.assert_close(got.float(), want, atol=TOL[dtype], rtol=TOL[dtype])
+    assert_rows_close(got, want, dtype)
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float16])
@@ -89,17 +128,37 @@ def test_float32_query_over_low_precision_cache(torch_ops, cache_dtype, group):
     got = torch_ops.paged_decode_attention(q, kc, vc, tables, ctx, 1 / 8)
     assert got.dtype == torch.float32 and got.shape == q.shape
     want = reference(q, kc, vc, tables, ctx, 1 / 8)
-    torch.testing.assert_close(got, want, atol=TOL[torch.float32], rtol=TOL[torch.float32])
+    assert_rows_close(got, want, torch.float32)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_long_contexts_up_to_8192(torch_ops, dtype):
+@pytest.mark.parametrize("q_dtype, cache_dtype", [
+    (torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+    (torch.float32, torch.bfloat16)], ids=["float32", "bfloat16", "float32-over-bfloat16"])
+def test_long_contexts_up_to_8192(torch_ops, q_dtype, cache_dtype):
     # SmolLM2's shape: 9 query heads over 3 KV heads, head_dim 64.
     lens = [8192, 4097, 8191, 1]
-    q, kc, vc, tables, ctx = make_case(lens, 9, 3, 64, 16, dtype, seed=7)
+    q, kc, vc, tables, ctx = make_case(lens, 9, 3, 64, 16, cache_dtype, seed=7)
+    q = q.to(q_dtype)
     got = torch_ops.paged_decode_attention(q, kc, vc, tables, ctx, 0.125)
+    assert got.dtype == q_dtype
     want = reference(q, kc, vc, tables, ctx, 0.125)
-    torch.testing.assert_close(got.float(), want, atol=TOL[dtype], rtol=TOL[dtype])
+    assert_rows_close(got, want, q_dtype)
+
+    # Must-fail mutations: the same comparison against a reference that lost
+    # the last 16-token block of one sequence (for 4097: its last block is one
+    # token, so 16 tokens span two blocks) must fail for that sequence; where
+    # the output is float32, losing only the last token must fail too.
+    drops = [16] + ([1] if q_dtype == torch.float32 else [])
+    for b, n in enumerate(lens):
+        if n <= 16:
+            continue
+        for drop in drops:
+            short = ctx.clone()
+            short[b] = n - drop
+            mutated = reference(q[b:b + 1], kc, vc, tables[b:b + 1], short[b:b + 1], 0.125)
+            assert not rows_close(got[b:b + 1], mutated, q_dtype), \
+                f"sequence {b} (length {n}): the comparison accepts a reference without " \
+                f"its last {drop} token(s)"
 
 
 @pytest.mark.parametrize("block_size,head_dim", [(1, 8), (8, 128), (32, 96), (16, 256)])
@@ -167,8 +226,7 @@ def test_kv_append_then_attention_round_trip(torch_ops, dtype, device="cpu"):
             v = dense_v[b].transpose(0, 1).float().repeat_interleave(H // G, dim=0)
             want = F.scaled_dot_product_attention(q[b].float().unsqueeze(1), k, v,
                                                   scale=d ** -0.5).squeeze(1)
-            torch.testing.assert_close(got[b].float().cpu(), want, atol=TOL[dtype],
-                                       rtol=TOL[dtype])
+            assert_rows_close(got[b], want, dtype)
 
 
 def test_rejects_bad_inputs(torch_ops):
@@ -200,10 +258,9 @@ def test_cuda_matches_cpu(torch_ops, dtype, group):
     cpu_out = torch_ops.paged_decode_attention(*case, 0.125)
     gpu_case = [t.cuda() for t in case]
     gpu_out = torch_ops.paged_decode_attention(*gpu_case, 0.125)
-    torch.testing.assert_close(gpu_out.cpu().float(), cpu_out.float(), atol=TOL[dtype],
-                               rtol=TOL[dtype])
-    torch.testing.assert_close(gpu_out.float().cpu(), reference(*case, 0.125), atol=TOL[dtype],
-                               rtol=TOL[dtype])
+    # Each side is within half an ulp of the reference, so within one of each other.
+    assert_rows_close(gpu_out, cpu_out.float(), dtype, ulps=2.0)
+    assert_rows_close(gpu_out, reference(*case, 0.125), dtype)
 
 
 @gpu

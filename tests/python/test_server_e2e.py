@@ -659,11 +659,25 @@ def test_64_streams_with_cancellations_and_deadlines(stub, pb, server, info):
 
 
 def test_deadline_while_queued_and_running_frees_blocks(stub, pb, server, info):
-    """A deadline that passes mid-generation ends the call with
-    DEADLINE_EXCEEDED on both sides and frees its blocks."""
+    """A deadline that passes while the call waits in the queue, and one that
+    passes mid-generation, each end with DEADLINE_EXCEEDED on both sides and
+    free their blocks.
+
+    The queued case is real: MAX_BATCH long streams fill the decode batch first
+    (each has written a message, so each is admitted), so the next request
+    waits; the waiting gauge shows it there while the batch is full, and it
+    never writes a message. The fillers' reservations (prompt + 200 tokens,
+    13 blocks each) fit the cache together, so the batch, not the KV cache,
+    is what holds the request back."""
     pb2 = pb[0]
+    total_blocks = info.kv_cache_capacity_tokens // BLOCK_SIZE
+    filler_new = 200
+    assert MAX_BATCH * math.ceil((len(tokenize(stub, pb, SHORT_PROMPT)) + filler_new) / BLOCK_SIZE) \
+        <= total_blocks, "the fillers must be limited by the batch, not the KV cache"
     before = metric(scrape(server.metrics_port), "snapserve_requests_total",
                     {"status": "DEADLINE_EXCEEDED"})
+
+    # Running: the stream starts, then its deadline passes mid-generation.
     call = stub.GenerateStream(pb2.GenerateRequest(
         prompt=SHORT_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=400, ignore_eos=True)),
         timeout=1.5)
@@ -673,16 +687,61 @@ def test_deadline_while_queued_and_running_frees_blocks(stub, pb, server, info):
             got.append(m)
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert got, "the stream should have started before its deadline"
-    total_blocks = info.kv_cache_capacity_tokens // BLOCK_SIZE
+
+    # Queued: fill the batch, then send one more with a short deadline.
+    fillers = [stub.GenerateStream(pb2.GenerateRequest(
+        prompt=SHORT_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=filler_new,
+                                                           ignore_eos=True)), timeout=120)
+        for _ in range(MAX_BATCH)]
+    started = [threading.Event() for _ in fillers]
+    ended = [threading.Event() for _ in fillers]
+
+    def drain(i):
+        try:
+            for _ in fillers[i]:
+                started[i].set()
+        except grpc.RpcError:
+            pass
+        finally:
+            ended[i].set()
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(MAX_BATCH)]
+    for t in threads:
+        t.start()
+    try:
+        assert all(e.wait(timeout=60) for e in started), "the fillers did not all start"
+        queued = stub.GenerateStream(pb2.GenerateRequest(
+            prompt=SHORT_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=4)), timeout=3)
+
+        def waiting_behind_full_batch():
+            t = scrape(server.metrics_port)
+            return (metric(t, "snapserve_requests_waiting") >= 1 and
+                    metric(t, "snapserve_requests_running") == MAX_BATCH)
+        assert wait_for(waiting_behind_full_batch, timeout=2.5, interval=0.1), \
+            "the request never showed up in the waiting queue behind a full batch"
+        got = []
+        with pytest.raises(grpc.RpcError) as err:
+            for m in queued:
+                got.append(m)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err.value.details()
+        assert not got, "the queued request was admitted before its deadline"
+        assert not any(e.is_set() for e in ended), \
+            "a filler ended before the queued deadline: the batch was not full the whole time"
+    finally:
+        for f in fillers:
+            f.cancel()
+        for t in threads:
+            t.join(timeout=30)
 
     def settled():
         t = scrape(server.metrics_port)
         return (metric(t, "snapserve_kv_cache_blocks_free") == total_blocks and
-                metric(t, "snapserve_requests_running") == 0 and t)
-    after = wait_for(settled, timeout=5, interval=0.2)
-    assert after
-    # The server names the cause as the deadline, not a client cancellation.
-    assert metric(after, "snapserve_requests_total", {"status": "DEADLINE_EXCEEDED"}) == before + 1
+                metric(t, "snapserve_requests_running") == 0 and
+                metric(t, "snapserve_requests_waiting") == 0 and t)
+    after = wait_for(settled, timeout=10, interval=0.2)
+    assert after, scrape(server.metrics_port)
+    # The server names both causes as the deadline, not a client cancellation.
+    assert metric(after, "snapserve_requests_total", {"status": "DEADLINE_EXCEEDED"}) == before + 2
+    check_good_request(stub, pb)
 
 
 # ------------------------------------------------------- engine faults ---

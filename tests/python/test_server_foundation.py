@@ -35,7 +35,7 @@ def test_help_lists_every_flag_with_its_environment_variable():
     assert out.returncode == 0
     for flag in ["--model", "--port", "--metrics-port", "--metrics-host", "--kv-cache-memory",
                  "--max-queue", "--shutdown-grace", "--tls-cert", "--snapkv-capacity",
-                 "--snapkv-window"]:
+                 "--snapkv-window", "--auth-token-file"]:
         assert flag + "=" in out.stdout, flag
     assert "SNAPSERVE_KV_CACHE_MEMORY" in out.stdout
 
@@ -165,10 +165,46 @@ def test_metrics_head_has_the_headers_and_no_body(start_server, model_path):
         assert answer.endswith(b"\r\n\r\n"), answer
 
 
-def test_environment_variables_configure_the_server(start_server, model_path):
-    server = start_server([], env={"SNAPSERVE_MODEL": str(model_path),
-                                   "SNAPSERVE_LOG_LEVEL": "debug"})
-    assert "serving" in server.logs()
+def _log_lines(server):
+    # The log file itself: logs() needs the process's log handle, closed by stop().
+    text = server.log_path.read_text(errors="replace")
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_environment_variables_configure_the_server(start_server, model_path, pb):
+    """SNAPSERVE_* variables set the flags: the model, the batch size (as
+    GetModelInfo reports it) and the log level, whose effect is checked on the
+    lines written: at `error` a serving server that answered a call writes no
+    info line, at `info` the same run writes them, and `error` lines still
+    appear at `error`."""
+    pb2, pb2_grpc = pb
+
+    def serve_one_call(level):
+        server = start_server([], env={"SNAPSERVE_MODEL": str(model_path),
+                                       "SNAPSERVE_MAX_BATCH_SIZE": "3",
+                                       "SNAPSERVE_LOG_LEVEL": level})
+        with grpc.insecure_channel(server.target) as ch:
+            stub = pb2_grpc.GenerationStub(ch)
+            assert stub.GetModelInfo(pb2.GetModelInfoRequest(), timeout=10).max_batch_size == 3
+            stub.Generate(pb2.GenerateRequest(prompt="Hi", stopping=pb2.StoppingCriteria(
+                max_new_tokens=1)), timeout=60)
+        server.stop()
+        return _log_lines(server)
+
+    info = serve_one_call("info")
+    events = {line["event"] for line in info}
+    assert {"grpc_listening", "serving", "inference_complete", "stopped"} <= events, events
+    assert {line["level"] for line in info} == {"info"}
+
+    quiet = serve_one_call("error")
+    assert quiet == [], f"info lines written at --log-level=error: {quiet[:3]}"
+
+    failing = start_server([], env={"SNAPSERVE_MODEL": "/nonexistent/model.gguf",
+                                    "SNAPSERVE_LOG_LEVEL": "error"}, wait=False)
+    assert failing.proc.wait(timeout=60) != 0
+    lines = _log_lines(failing)
+    assert [(line["level"], line["event"]) for line in lines] == [("error", "startup_failed")], lines
+    assert "/nonexistent/model.gguf" in lines[0]["error"]
 
 
 def test_sigterm_exits_zero_and_logs_json(start_server, model_path):

@@ -21,7 +21,6 @@ import torch
 from reference import snapkv as ref
 
 RTOL = 1e-5
-STATS = {"exact": 0, "near_tie": 0}
 
 
 def make_inputs(num_kv_heads, group, n, w, d, dtype, seed):
@@ -106,14 +105,27 @@ def case_id(c):
 GRID = grid()
 
 
+# Near-tie rows of each grid case, computed (and checked) once per session by
+# whichever test needs the case first, so the statistics below do not depend
+# on which tests ran before them.
+_GRID_NEAR_TIES = {}
+
+
+def grid_case_near_ties(torch_ops, case):
+    """Runs one grid case against the reference (asserting its positions) and
+    returns how many of its KV-head rows differed within the tie tolerance."""
+    if case not in _GRID_NEAR_TIES:
+        n, w, capacity, ksize, pooling, group, num_kv_heads, dtype = case
+        q, k = make_inputs(num_kv_heads, group, n, w, 64, dtype, seed=n * 1000 + capacity + ksize)
+        reduce = "max" if (n + capacity) % 5 == 0 else "mean"
+        _, near_ties = run_case(torch_ops, q, k, w, capacity, ksize, pooling, reduce)
+        _GRID_NEAR_TIES[case] = near_ties
+    return _GRID_NEAR_TIES[case]
+
+
 @pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])
 def test_positions_match_reference(torch_ops, case):
-    n, w, capacity, ksize, pooling, group, num_kv_heads, dtype = case
-    q, k = make_inputs(num_kv_heads, group, n, w, 64, dtype, seed=n * 1000 + capacity + ksize)
-    reduce = "max" if (n + capacity) % 5 == 0 else "mean"
-    _, near_ties = run_case(torch_ops, q, k, w, capacity, ksize, pooling, reduce)
-    STATS["near_tie"] += near_ties
-    STATS["exact"] += num_kv_heads - near_ties
+    grid_case_near_ties(torch_ops, case)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -275,13 +287,16 @@ def test_bad_tensors(torch_ops):
         torch_ops.snapkv_gather(k, pos)
 
 
-def test_near_tie_stats_are_rare():
-    """Reports how many grid rows matched bit for bit vs within the tie
-    tolerance (runs after the grid in file order)."""
-    total = STATS["exact"] + STATS["near_tie"]
-    print(f"\nSnapKV positions: {STATS['exact']} rows exact, {STATS['near_tie']} near-tie")
-    if total:
-        assert STATS["near_tie"] <= max(2, total // 20), STATS
+def test_near_tie_stats_are_rare(torch_ops):
+    """At most one row in 20 of the whole grid may differ within the tie
+    tolerance. Runs every grid case it needs itself (cases that
+    test_positions_match_reference already ran are reused), so it checks the
+    same thing alone, first, or after the grid."""
+    near_tie = sum(grid_case_near_ties(torch_ops, case) for case in GRID)
+    total = sum(case[6] for case in GRID)  # KV-head rows
+    print(f"\nSnapKV positions: {total - near_tie} rows exact, {near_tie} near-tie")
+    assert total >= 100, "the grid is too small for a rate"
+    assert near_tie <= max(2, total // 20), (near_tie, total)
 
 
 # --- CUDA parity (skips visibly without a GPU) ---------------------------------

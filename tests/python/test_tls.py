@@ -76,9 +76,21 @@ def test_tls(start_server, model_path, pb, certs):
             timeout=60)
         assert len(r.token_ids) >= 1
 
-    # The certificate is checked against the host name too.
+    # The certificate is checked against the host name too: a name in its
+    # subjectAltName (DNS:localhost) is accepted, whether dialled or set as the
+    # name the client checks, and a trusted certificate for another name is
+    # refused.
     with grpc.secure_channel(f"localhost:{server.port}", trusted) as ch:
         pb2_grpc.GenerationStub(ch).GetModelInfo(pb2.GetModelInfoRequest(), timeout=10)
+    with grpc.secure_channel(server.target, trusted,
+                             options=[("grpc.ssl_target_name_override", "localhost")]) as ch:
+        pb2_grpc.GenerationStub(ch).GetModelInfo(pb2.GetModelInfoRequest(), timeout=10)
+    with grpc.secure_channel(server.target, trusted,
+                             options=[("grpc.ssl_target_name_override", "elsewhere.example")]) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            pb2_grpc.GenerationStub(ch).GetModelInfo(pb2.GetModelInfoRequest(), timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value.details()
+        assert "Hostname Verification" in err.value.details(), err.value.details()
 
     # No CA (the system roots do not know ours) and a wrong CA both fail.
     expect_refused(pb, server.target, grpc.ssl_channel_credentials())

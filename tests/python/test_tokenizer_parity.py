@@ -339,3 +339,151 @@ def test_bad_hf_file_fails_the_start_cleanly(case, hf_model_dir, tmp_path, build
     assert f"{d}/{name}" in error, error
     for word in words:
         assert word in error, (word, error)
+
+
+# ---- the safetensors index may not name files outside the model directory ---
+
+def _indexed_copy(hf_model_dir, tmp_path, shard_name):
+    """A copy of hf_model_dir whose weights are named through a
+    model.safetensors.index.json that maps every tensor to `shard_name`; the
+    one real shard is moved to tmp_path/outside.safetensors (a valid file
+    outside the directory) unless `shard_name` is a plain name inside it."""
+    import shutil
+    from safetensors import safe_open
+    d = tmp_path / "model"
+    shutil.copytree(hf_model_dir, d)
+    with safe_open(str(d / "model.safetensors"), "pt") as f:
+        names = list(f.keys())
+    if "/" in shard_name or shard_name == "..":
+        shutil.move(d / "model.safetensors", tmp_path / "outside.safetensors")
+    else:
+        (d / "model.safetensors").rename(d / shard_name)
+    (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {name: shard_name for name in names}}))
+    return d
+
+
+def test_indexed_shards_inside_the_directory_serve(hf_model_dir, tmp_path, start_server, pb):
+    """Control for the guard below: the same index with a plain shard name loads."""
+    import grpc
+    pb2, pb2_grpc = pb
+    d = _indexed_copy(hf_model_dir, tmp_path, "model-00001-of-00001.safetensors")
+    server = start_server([f"--model={d}", "--kv-cache-memory=16MiB", "--default-kv-method=none"])
+    with grpc.insecure_channel(server.target) as ch:
+        info = pb2_grpc.GenerationStub(ch).GetModelInfo(pb2.GetModelInfoRequest(), timeout=10)
+    assert info.vocab_size == 49152
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "sub/../../outside.safetensors",
+                                   "ABSOLUTE", ".."])
+def test_weight_map_outside_the_directory_fails_the_start(shard, hf_model_dir, tmp_path,
+                                                          build_dir):
+    """A weight_map entry that leaves the model directory (path traversal, an
+    absolute path) stops startup with an error naming the entry, although the
+    file it points at exists and is a valid shard."""
+    import subprocess
+    if shard == "ABSOLUTE":
+        shard = str(tmp_path / "outside.safetensors")
+    d = _indexed_copy(hf_model_dir, tmp_path, shard)
+    assert shard == ".." or (d / shard).resolve().is_file(), "the target must exist"
+    out = subprocess.run([str(build_dir / "server" / "snapserve"), f"--model={d}", "--port=0",
+                          "--metrics-port=0", "--kv-cache-memory=16MiB",
+                          "--default-kv-method=none"],
+                         capture_output=True, text=True, timeout=60)
+    log = out.stdout + out.stderr
+    assert out.returncode > 0, f"exit {out.returncode}:\n{log[-3000:]}"
+    failed = [json.loads(line) for line in log.splitlines()
+              if line.startswith("{") and '"startup_failed"' in line]
+    assert len(failed) == 1, log[-3000:]
+    error = failed[0]["error"]
+    assert f"shard name `{shard}`" in error and "inside the model directory" in error, error
+    assert '"serving"' not in log
+
+
+# ---- while the model loads: health NOT_SERVING, calls UNAVAILABLE ------------
+
+def test_loading_state_then_serving(hf_model_dir, tmp_path, start_server, pb):
+    """The gRPC port listens before the model is loaded (so probes get an
+    answer); until the load ends health is NOT_SERVING and every Generation
+    call is UNAVAILABLE "model is loading"; then health turns SERVING.
+
+    No timing: the model directory's config.json is a named pipe, so the load
+    blocks opening it until the test releases it. On release the test opens
+    the pipe for the waiting reader, puts a regular config.json in its place
+    (later readers, such as the tokenizer's, open that) and writes the real
+    contents to the reader."""
+    import errno
+    import os
+    import shutil
+    import threading
+    import time
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    pb2, pb2_grpc = pb
+    d = tmp_path / "model"
+    shutil.copytree(hf_model_dir, d)
+    config = (d / "config.json").read_bytes()
+    (tmp_path / "config.json").write_bytes(config)
+    (d / "config.json").unlink()
+    os.mkfifo(d / "config.json")
+
+    release, done = threading.Event(), threading.Event()
+
+    def serve_config():
+        release.wait()
+        while not done.is_set():
+            try:
+                # Succeeds once the server is blocked opening the pipe.
+                fd = os.open(d / "config.json", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as e:  # ENXIO: no reader yet
+                assert e.errno == errno.ENXIO, e
+                time.sleep(0.02)
+                continue
+            os.replace(tmp_path / "config.json", d / "config.json")
+            os.set_blocking(fd, True)
+            try:
+                os.write(fd, config)
+            finally:
+                os.close(fd)
+            return
+    writer = threading.Thread(target=serve_config, daemon=True)
+    writer.start()
+
+    server = start_server([f"--model={d}", "--kv-cache-memory=16MiB",
+                           "--default-kv-method=none"], wait=False)
+    try:
+        with grpc.insecure_channel(server.target) as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            stub = pb2_grpc.GenerationStub(ch)
+            grpc.channel_ready_future(ch).result(timeout=60)
+            for service in ("", "snapserve.v1.Generation"):
+                r = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+                assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING, service
+            watch = health.Watch(health_pb2.HealthCheckRequest(), timeout=120)
+            assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+            small = pb2.GenerateRequest(prompt="hi",
+                                        stopping=pb2.StoppingCriteria(max_new_tokens=1))
+            for name, call in [
+                    ("Generate", lambda: stub.Generate(small, timeout=10)),
+                    ("GenerateStream", lambda: list(stub.GenerateStream(small, timeout=10))),
+                    ("Tokenize", lambda: stub.Tokenize(pb2.TokenizeRequest(text="hi"),
+                                                       timeout=10)),
+                    ("GetModelInfo", lambda: stub.GetModelInfo(pb2.GetModelInfoRequest(),
+                                                               timeout=10))]:
+                with pytest.raises(grpc.RpcError) as err:
+                    call()
+                assert err.value.code() == grpc.StatusCode.UNAVAILABLE, name
+                assert err.value.details() == "model is loading", (name, err.value.details())
+            assert '"serving"' not in server.logs(), "the load did not wait for config.json"
+
+            release.set()
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            watch.cancel()
+            info = stub.GetModelInfo(pb2.GetModelInfoRequest(), timeout=10)
+            assert info.vocab_size == 49152
+    finally:
+        done.set()
+        release.set()
+        writer.join(timeout=10)

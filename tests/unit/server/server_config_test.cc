@@ -183,6 +183,16 @@ TEST(ServerConfigTest, MetricsHostFollowsHostUnlessGiven) {
   EXPECT_NE(bad.message.find("--metrics-host"), std::string::npos) << bad.message;
 }
 
+TEST(ServerConfigTest, AuthTokenFileFlagAndEnvironment) {
+  EXPECT_EQ(Parse({}).config.auth_token_file, "");  // off by default
+  EXPECT_EQ(Parse({"--auth-token-file=/run/secrets/token"}).config.auth_token_file,
+            "/run/secrets/token");
+  EXPECT_EQ(Parse({}, {{"SNAPSERVE_AUTH_TOKEN_FILE", "/etc/t"}}).config.auth_token_file, "/etc/t");
+  ParseResult bad = Parse({"--auth-token-file="});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.message.find("--auth-token-file"), std::string::npos) << bad.message;
+}
+
 TEST(ServerConfigTest, DashesUnderscoresAndSeparateValues) {
   ParseResult r = Parse({"--kv-cache-memory=512MiB", "--max_queue", "7", "--model", "/m.gguf"});
   ASSERT_FALSE(r.exit) << r.message;

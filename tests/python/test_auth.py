@@ -1,0 +1,114 @@
+"""Bearer-token authentication (--auth-token-file; README, "Authentication";
+docs/api.md, "Status codes") against a real snapserve with real grpcio clients:
+every Generation RPC needs `authorization: Bearer <token>`, anything else is
+UNAUTHENTICATED without the token echoed back; grpc.health.v1 stays open."""
+import secrets
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+TOKEN = "snapserve-" + secrets.token_urlsafe(24)
+
+
+def one_byte_changed(token):
+    last = token[-1]
+    return token[:-1] + ("A" if last != "A" else "B")
+
+
+@pytest.fixture(scope="module")
+def server(start_module_server, model_path, tmp_path_factory):
+    token_file = tmp_path_factory.mktemp("auth") / "token"
+    token_file.write_text(TOKEN + "\n")  # the trailing newline is trimmed
+    # The environment variable, as the Kubernetes Secret mount sets it.
+    return start_module_server([f"--model={model_path}"],
+                               env={"SNAPSERVE_AUTH_TOKEN_FILE": str(token_file)})
+
+
+def calls(pb, stub):
+    """Each Generation RPC as a function of the call's metadata."""
+    pb2, _ = pb
+    small = pb2.GenerateRequest(prompt="Hello", stopping=pb2.StoppingCriteria(max_new_tokens=2))
+    return {
+        "Generate": lambda md: stub.Generate(small, metadata=md, timeout=60),
+        "GenerateStream": lambda md: list(stub.GenerateStream(small, metadata=md, timeout=60)),
+        "Tokenize": lambda md: stub.Tokenize(pb2.TokenizeRequest(text="Hello"), metadata=md,
+                                             timeout=10),
+        "GetModelInfo": lambda md: stub.GetModelInfo(pb2.GetModelInfoRequest(), metadata=md,
+                                                     timeout=10),
+    }
+
+
+REFUSED = {
+    "no header": (),
+    "wrong scheme": (("authorization", f"Basic {TOKEN}"),),
+    "no scheme": (("authorization", TOKEN),),
+    "wrong token": (("authorization", "Bearer not-the-token"),),
+    "one byte changed": (("authorization", f"Bearer {one_byte_changed(TOKEN)}"),),
+    "prefix of the token": (("authorization", f"Bearer {TOKEN[:-1]}"),),
+    "token plus one byte": (("authorization", f"Bearer {TOKEN}x"),),
+}
+
+
+@pytest.mark.parametrize("rpc", ["Generate", "GenerateStream", "Tokenize", "GetModelInfo"])
+def test_every_rpc_needs_the_token(server, stub, pb, rpc):
+    call = calls(pb, stub)[rpc]
+    for case, md in REFUSED.items():
+        with pytest.raises(grpc.RpcError) as err:
+            call(md)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, (case, err.value.details())
+        details = err.value.details() or ""
+        assert TOKEN[:8] not in details and "not-the-token" not in details, (case, details)
+        assert len(details) < 100, details
+    result = call((("authorization", f"Bearer {TOKEN}"),))
+    if rpc == "Generate":
+        assert len(result.token_ids) >= 1
+    elif rpc == "GenerateStream":
+        assert result, "the stream wrote nothing"
+    elif rpc == "Tokenize":
+        assert len(result.ids) >= 1
+    else:
+        assert result.vocab_size == 49152
+    # The scheme name is case-insensitive (RFC 7235).
+    call((("authorization", f"bearer {TOKEN}"),))
+
+
+def test_health_is_open_and_server_stays_healthy(server, stub, pb):
+    with grpc.insecure_channel(server.target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "snapserve.v1.Generation"):
+            r = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert r.status == health_pb2.HealthCheckResponse.SERVING, service
+    # A burst of refused calls leaves the server serving authenticated ones.
+    pb2, _ = pb
+    for _ in range(50):
+        with pytest.raises(grpc.RpcError):
+            stub.GetModelInfo(pb2.GetModelInfoRequest(),
+                              metadata=(("authorization", "Bearer x"),), timeout=10)
+    info = stub.GetModelInfo(pb2.GetModelInfoRequest(),
+                             metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=10)
+    assert info.vocab_size == 49152
+    assert server.proc.poll() is None
+    assert '"auth":true' in server.logs().replace(" ", "")
+    assert TOKEN not in server.logs(), "the token reached the log"
+    # /metrics stays open (Prometheus scrapes without a token).
+    assert "snapserve_" in server.metrics_text()
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read"),
+    ("", "empty"),
+    ("\n", "empty"),
+    ("a" * 5000, "longer than 4096"),
+    ("two\nlines\n", "one line"),
+])
+def test_bad_token_file_fails_startup(start_server, model_path, tmp_path, content, message):
+    path = tmp_path / "token"
+    if content is not None:
+        path.write_text(content)
+    s = start_server([f"--model={model_path}", f"--auth-token-file={path}"], wait=False)
+    assert s.proc.wait(timeout=30) == 2
+    logs = s.logs()
+    assert "startup_failed" in logs and message in logs, logs
+    if content:
+        assert "lines" not in logs.replace("one line", ""), "the error echoes the file"

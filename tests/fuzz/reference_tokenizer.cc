@@ -39,11 +39,11 @@ std::unique_ptr<tokenizer::Tokenizer> Load(const std::string& source) {
     std::stringstream buf;
     buf << in.rdbuf();
     const std::string seed = buf.str();
-    static InputDirectory* dir = new InputDirectory();
+    static InputDirectory dir;  // removed at exit by its destructor
     const auto parts = SplitOnNul(reinterpret_cast<const uint8_t*>(seed.data()), seed.size(), 2);
-    dir->WriteFile("tokenizer.json", &parts[0]);
-    if (parts.size() > 1) dir->WriteFile("tokenizer_config.json", &parts[1]);
-    t = tokenizer::Tokenizer::FromHfDirectory(dir->Path());
+    dir.WriteFile("tokenizer.json", &parts[0]);
+    if (parts.size() > 1) dir.WriteFile("tokenizer_config.json", &parts[1]);
+    t = tokenizer::Tokenizer::FromHfDirectory(dir.Path());
   }
   if (!t.ok()) {
     std::fprintf(stderr, "reference tokenizer %s: %s\n", source.c_str(),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the libFuzzer harnesses (README.md, "Fuzzing").
 #   run.sh probe                         exit 0 when clang++ can build a libFuzzer binary
-#   run.sh build  BUILD_DIR              configure (clang++) and build every harness
+#   run.sh build  BUILD_DIR [OPT]        configure (clang++) and build every harness (OPT: -O1)
 #   run.sh check  BUILD_DIR TARGET       the corpus, then a bounded 10 s run (ctest)
 #   run.sh fuzz   BUILD_DIR TARGET SECS  a longer run; new inputs kept in BUILD_DIR/corpus
 # A crash, sanitizer report, leak, timeout or out-of-memory fails the run and
@@ -22,8 +22,10 @@ case "$mode" in
     ;;
   build)
     build="$2"
+    opt="${3:--O1}"
     if [ ! -f "$build/build.ninja" ]; then
-      CXX="$CXX_FUZZ" cmake -S "$HERE" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None >/dev/null
+      CXX="$CXX_FUZZ" cmake -S "$HERE" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None \
+        -DSNAPSERVE_FUZZ_OPT="$opt" >/dev/null
     fi
     cmake --build "$build" -j "${JOBS:-$(nproc)}"
     ;;

@@ -20,12 +20,13 @@
 using snapserve::fuzz::Check;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static snapserve::fuzz::InputDirectory* dir = new snapserve::fuzz::InputDirectory();
+  // A static object: its destructor removes the directory when the fuzzer exits.
+  static snapserve::fuzz::InputDirectory dir;
   const std::vector<std::string_view> parts = snapserve::fuzz::SplitOnNul(data, size, 3);
   const char* const kNames[] = {"tokenizer.json", "tokenizer_config.json", "config.json"};
-  for (size_t i = 0; i < 3; ++i) dir->WriteFile(kNames[i], i < parts.size() ? &parts[i] : nullptr);
+  for (size_t i = 0; i < 3; ++i) dir.WriteFile(kNames[i], i < parts.size() ? &parts[i] : nullptr);
 
-  auto loaded = snapserve::tokenizer::Tokenizer::FromHfDirectory(dir->Path());
+  auto loaded = snapserve::tokenizer::Tokenizer::FromHfDirectory(dir.Path());
   if (!loaded.ok()) {
     // FromHfDirectory turns a JSON exception into an error as a backstop, but
     // every field is meant to be read through JsonReader, which never throws

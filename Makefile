@@ -10,8 +10,11 @@ MODEL      ?= $(ROOT)/models/SmolLM2-135M-Instruct.Q4_1.gguf
 CMAKE_ARGS ?=
 RUN_ARGS   ?=
 PYTEST_ARGS ?=
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD_DIR ?= $(BUILD_DIR)/fuzz
+FUZZ_TARGETS ?= $(patsubst $(ROOT)/tests/fuzz/%_fuzzer.cc,%,$(wildcard $(ROOT)/tests/fuzz/*_fuzzer.cc))
 
-.PHONY: all setup configure build run test test-unit test-python model bench format lint clean help
+.PHONY: all setup configure build run test test-unit test-python model bench fuzz format lint clean help
 
 all: build
 
@@ -21,6 +24,7 @@ help:
 	@echo "make build    configure and build into $(BUILD_DIR)"
 	@echo "make model    fetch the default model into models/"
 	@echo "make bench    run the benchmarks (JSON under bench/results/)"
+	@echo "make fuzz     build the libFuzzer harnesses (clang) and run each for FUZZ_SECONDS (60)"
 	@echo "make format   clang-format every C++ source"
 	@echo "make lint     clang-tidy every C++ source"
 	@echo "make clean    remove the build directory"
@@ -56,6 +60,17 @@ test-unit:
 test-python:
 	SNAPSERVE_BUILD_DIR=$(BUILD_DIR) SNAPSERVE_MODEL=$(MODEL) \
 	  $(PY) -m pytest -v -rs tests/python $(PYTEST_ARGS)
+
+# The parsers' libFuzzer harnesses (tests/fuzz/, README.md "Fuzzing"): built
+# with clang into $(FUZZ_BUILD_DIR), each run for FUZZ_SECONDS; new inputs
+# stay in $(FUZZ_BUILD_DIR)/corpus, crashes in $(FUZZ_BUILD_DIR)/artifacts.
+fuzz:
+	@bash scripts/setup.sh system
+	bash tests/fuzz/run.sh build $(FUZZ_BUILD_DIR)
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
+	  bash tests/fuzz/run.sh fuzz $(FUZZ_BUILD_DIR) $$t $(FUZZ_SECONDS) || exit 1; \
+	done
 
 bench: build
 	@bash bench/run.sh $(BUILD_DIR)

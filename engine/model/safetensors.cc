@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/common/bounded_text.h"
+
 namespace snapserve::model {
 namespace {
 
@@ -102,8 +104,9 @@ Status SafetensorsFile::Parse() {
     if (it.key() == "__metadata__") continue;
     const std::string& name = it.key();
     const auto& e = it.value();
+    // Names and dtypes are echoed bounded: a header may hold megabyte-long keys.
     auto tensor_bad = [&](const std::string& what) {
-      return Status::InvalidArgument(path_ + ": tensor `" + name + "`: " + what);
+      return Status::InvalidArgument(path_ + ": tensor `" + Bounded(name) + "`: " + what);
     };
     if (!e.is_object()) return tensor_bad("entry is not an object");
     auto dt = e.find("dtype");
@@ -117,8 +120,9 @@ Status SafetensorsFile::Parse() {
     t.name = name;
     uint64_t elem_bytes = 0;
     if (!DtypeFromString(dt->get<std::string>(), &t.dtype, &elem_bytes)) {
-      return Status::Unimplemented(path_ + ": tensor `" + name + "`: dtype " +
-                                   dt->get<std::string>() + " is not supported (F32, F16, BF16)");
+      return Status::Unimplemented(path_ + ": tensor `" + Bounded(name) + "`: dtype " +
+                                   Bounded(dt->get<std::string>()) +
+                                   " is not supported (F32, F16, BF16)");
     }
     // Element count with overflow checks: a hostile shape must not wrap.
     uint64_t numel = 1;

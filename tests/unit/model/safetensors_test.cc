@@ -133,6 +133,25 @@ TEST_F(SafetensorsTest, RejectsInconsistentEntries) {
   ExpectError(SafetensorsFile::Open(p), p, "tensor `w`");
 }
 
+// Found while writing the fuzz harness (tests/fuzz/safetensors_fuzzer.cc):
+// a header key or dtype of any length used to be echoed whole into the error.
+TEST_F(SafetensorsTest, ErrorsBoundTheEchoedNameAndDtype) {
+  const std::string p = Path("n.safetensors");
+  const std::string long_name(100000, 'n');
+  std::string header =
+      R"({")" + long_name + R"(": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})";
+  WriteRaw(p, header.size(), header, 4);
+  auto f = SafetensorsFile::Open(p);
+  ExpectError(f, p, "shape and dtype need 8");
+  EXPECT_LT(f.status().message().size(), 1000u);
+  header = R"({"w": {"dtype": ")" + std::string(100000, 'D') +
+           R"(", "shape": [1], "data_offsets": [0, 4]}})";
+  WriteRaw(p, header.size(), header, 4);
+  f = SafetensorsFile::Open(p);
+  ExpectError(f, p, "is not supported");
+  EXPECT_LT(f.status().message().size(), 1000u);
+}
+
 // A tiny Llama directory: 1 layer, hidden 8, 2 heads of 4, 1 KV head.
 const char* kTinyConfig = R"({"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8,
   "intermediate_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,

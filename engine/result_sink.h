@@ -26,6 +26,13 @@ struct Usage {
   double time_to_first_token_ms = 0;
   double total_ms = 0;
   double snapkv_ms = -1;  // < 0: no compression ran
+  // The share of the observation window's attention on the prompt prefix that
+  // the kept entries carry, mean over layers and KV heads (docs/snapkv.md,
+  // "Retained attention"). < 0: no compression ran, or not measured.
+  double retained_attention = -1;
+  // The method applied to the prompt's KV: kNone when nothing was compressed
+  // (method none, n <= C, or the request never got admitted).
+  KvMethod kv_method = KvMethod::kNone;
 };
 
 // Where one request's results go. Called on the engine's thread: must return

@@ -58,21 +58,23 @@ Status CheckRequest(const engine::Engine& engine, const v1::GenerateRequest& req
 // One `kv_cache_compressed` line per request whose prompt KV the engine
 // compressed: the event the seed's CloudWatch Logs Insights query filters on
 // (README, "Logs"), with the policy that chose what to keep.
-void LogCompression(const std::string& request_id, engine::KvMethod method,
-                    const engine::Usage& usage) {
+void LogCompression(const std::string& request_id, const engine::Usage& usage) {
   LogEvent("info", "kv_cache_compressed",
            {{"request_id", Bounded(request_id)},
-            {"method", engine::kv_method_name(method)},
+            {"method", engine::kv_method_name(usage.kv_method)},
             {"kv_original_size", usage.kv_prompt_entries},
             {"kv_compressed_size", usage.kv_kept_entries},
             {"compression_ratio", usage.compression_ratio},
+            // null when not measured (docs/metrics.md, "Logs")
+            {"retained_attention", usage.retained_attention >= 0
+                                       ? nlohmann::json(usage.retained_attention)
+                                       : nlohmann::json(nullptr)},
             {"prompt_tokens", usage.prompt_tokens}});
 }
 
-void ReportCall(Metrics* metrics, const std::string& request_id, engine::KvMethod kv_method,
-                const grpc::Status& status, const Status& engine_status,
-                engine::FinishReason reason, const engine::Usage& usage, bool reached_engine,
-                Clock::time_point arrival) {
+void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Status& status,
+                const Status& engine_status, engine::FinishReason reason,
+                const engine::Usage& usage, bool reached_engine, Clock::time_point arrival) {
   const std::string code = GrpcCodeName(status.error_code());
   const double total_s = std::chrono::duration<double>(Clock::now() - arrival).count();
   if (metrics != nullptr) {
@@ -87,6 +89,7 @@ void ReportCall(Metrics* metrics, const std::string& request_id, engine::KvMetho
       r.kv_entries_before = usage.kv_prompt_entries;
       r.kv_entries_after = usage.kv_kept_entries;
       r.snapkv_s = usage.snapkv_ms >= 0 ? usage.snapkv_ms / 1e3 : -1;
+      r.retained_attention = usage.retained_attention;
     }
     metrics->RecordRequest(r);
   }
@@ -110,14 +113,8 @@ void ReportCall(Metrics* metrics, const std::string& request_id, engine::KvMetho
            "inference_complete", fields);
   // Whatever the call's end, the prompt was compressed once it was prefilled.
   if (reached_engine && usage.kv_kept_entries < usage.kv_prompt_entries) {
-    LogCompression(request_id, kv_method, usage);
+    LogCompression(request_id, usage);
   }
-}
-
-// The policy a request's prompt KV goes through: its own, else the server's.
-engine::KvMethod ResolvedKvMethod(const engine::Engine& engine,
-                                  const engine::GenerationRequest& req) {
-  return req.kv_compression.method.value_or(engine.model().default_kv_compression.method);
 }
 
 // ---------------------------------------------------------------- unary ---
@@ -131,7 +128,6 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     engine::GenerationRequest req = ToEngineRequest(*request);
     if (req.request_id.empty()) req.request_id = NewRequestId();
     request_id_ = req.request_id;
-    kv_method_ = ResolvedKvMethod(*ctx_.engine, req);
     response_->set_request_id(request_id_);
     deadline_ = server_ctx->deadline();
     req.deadline = EngineDeadline(*server_ctx);
@@ -175,15 +171,14 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       response_->set_finish_reason(ToProto(reason));
       FillUsage(usage, response_->mutable_usage());
     }
-    ReportCall(ctx_.metrics, request_id_, kv_method_, status, engine_status, reason, usage,
-               reached_engine, arrival_);
+    ReportCall(ctx_.metrics, request_id_, status, engine_status, reason, usage, reached_engine,
+               arrival_);
     Finish(status);  // last use of `this`: OnDone may delete it right after
   }
 
   CallContext ctx_;
   v1::GenerateResponse* response_;
   std::string request_id_;
-  engine::KvMethod kv_method_ = engine::KvMethod::kNone;
   std::chrono::system_clock::time_point deadline_;
   Clock::time_point arrival_ = Clock::now();
 };
@@ -199,7 +194,6 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
     engine::GenerationRequest req = ToEngineRequest(*request);
     if (req.request_id.empty()) req.request_id = NewRequestId();
     request_id_ = req.request_id;
-    kv_method_ = ResolvedKvMethod(*ctx_.engine, req);
     deadline_ = server_ctx->deadline();
     req.deadline = EngineDeadline(*server_ctx);
     req.arrival = arrival_;
@@ -207,7 +201,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
     if (queued.ok()) queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
     if (!queued.ok()) {
       const grpc::Status status = ToGrpc(queued, request_id_);
-      ReportCall(ctx_.metrics, request_id_, kv_method_, status, queued, {}, {}, false, arrival_);
+      ReportCall(ctx_.metrics, request_id_, status, queued, {}, {}, false, arrival_);
       Finish(status);
     }
   }
@@ -291,8 +285,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
 
   void End(const grpc::Status& status, const Status& engine_status, engine::FinishReason reason,
            const engine::Usage& usage) {
-    ReportCall(ctx_.metrics, request_id_, kv_method_, status, engine_status, reason, usage, true,
-               arrival_);
+    ReportCall(ctx_.metrics, request_id_, status, engine_status, reason, usage, true, arrival_);
     Action next;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -315,7 +308,6 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
 
   CallContext ctx_;
   std::string request_id_;
-  engine::KvMethod kv_method_ = engine::KvMethod::kNone;
   std::chrono::system_clock::time_point deadline_;
   Clock::time_point arrival_ = Clock::now();
 

@@ -77,6 +77,14 @@ struct Metrics::Families {
                             .Help("SnapKV selection time per request, all layers")
                             .Register(r)
                             .Add({}, LatencyBuckets())),
+        retained_attention(
+            prometheus::BuildHistogram()
+                .Name("snapserve_kv_retained_attention_ratio")
+                .Help("Per compressed request: share of the observation window's attention on "
+                      "the prompt prefix that the kept entries carry, mean over layers and KV "
+                      "heads")
+                .Register(r)
+                .Add({}, Histogram::BucketBoundaries{0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 1})),
         kv_usage(prometheus::BuildGauge()
                      .Name("snapserve_kv_cache_usage_ratio")
                      .Help("Share of KV cache blocks in use")
@@ -114,6 +122,7 @@ struct Metrics::Families {
   prometheus::Counter& kv_before;
   prometheus::Counter& kv_after;
   Histogram& snapkv_duration;
+  Histogram& retained_attention;
   prometheus::Gauge& kv_usage;
   prometheus::Gauge& kv_free;
   prometheus::Gauge& running;
@@ -161,6 +170,7 @@ void Metrics::RecordRequest(const RequestRecord& r) {
     f_->kv_after.Increment(static_cast<double>(r.kv_entries_after));
   }
   if (r.snapkv_s >= 0) f_->snapkv_duration.Observe(r.snapkv_s);
+  if (r.retained_attention >= 0) f_->retained_attention.Observe(r.retained_attention);
 }
 
 void Metrics::ObserveInterTokenLatency(double seconds) { f_->inter_token.Observe(seconds); }

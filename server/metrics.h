@@ -34,6 +34,8 @@ struct RequestRecord {
   int64_t kv_entries_before = 0;  // per layer and KV head
   int64_t kv_entries_after = 0;
   double snapkv_s = -1;  // < 0: no compression ran
+  // Usage::retained_attention: < 0 when no compression ran or it was not measured
+  double retained_attention = -1;
 };
 
 class Metrics {

@@ -124,6 +124,11 @@ void FillUsage(const engine::Usage& u, v1::Usage* out) {
   out->set_queue_ms(u.queue_ms);
   out->set_time_to_first_token_ms(u.time_to_first_token_ms);
   out->set_total_ms(u.total_ms);
+  // Unset (optional field) when nothing was compressed or nothing measured.
+  if (u.retained_attention >= 0) {
+    out->set_retained_attention_ratio(static_cast<float>(u.retained_attention));
+  }
+  out->set_kv_method(ToProto(u.kv_method));
 }
 
 void AddLogprobs(const std::vector<engine::TokenLogprob>& logprobs,

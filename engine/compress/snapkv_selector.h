@@ -1,10 +1,14 @@
 // Applies a request's SnapKV policy to its KV cache: builds the per-sequence
 // KvSelector that PagedKvCache calls right after each prefill layer's
 // attention (docs/snapkv.md, step 9), so only one layer's full K/V is alive at a
-// time. The selection itself is kernels/snapkv_select; this file only cuts
-// the observation window out of the queries and times the work.
+// time. The scoring and selection are kernels/snapkv_select; this file only
+// cuts the observation window out of the queries, times the work and records
+// the retained attention of what was kept.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
 #include <memory>
 
 #include "engine/compress/snapkv_policy.h"
@@ -17,9 +21,35 @@ struct SelectionTimer {
   double seconds = 0;
 };
 
+// The share of the observation window's attention on the prompt prefix that
+// falls on the positions a policy kept (docs/compression-policies.md,
+// "Retained attention"), averaged over layers and KV heads. One per
+// compressed request; its selector adds each layer, the engine reads the mean
+// when the request ends. Engine thread only.
+class RetainedAttention {
+ public:
+  // One layer:
+  //   raw:  [num_kv_heads, n - w] float32, kernels::snapkv_scores' `raw`
+  //   kept: [num_kv_heads, m] int64, the positions in [0, n) the layer keeps
+  //         (distinct per row); window positions (>= n - w) are ignored
+  // Adds, per KV head, sum(raw over kept prefix positions) / sum(raw) (1 when
+  // the window gave the prefix no attention at all). No device sync: the sum
+  // stays on the scores' device until Mean().
+  void AddLayer(const at::Tensor& raw, const at::Tensor& kept);
+
+  // The mean over every KV head of every layer added; -1 when none was.
+  double Mean() const;
+
+ private:
+  at::Tensor sum_;  // float64 scalar: the per-head ratios added so far
+  int64_t heads_ = 0;
+};
+
 // A selector keeping the SnapKV selection of `config` (which must be SnapKV
-// and apply to the prompt: ShouldCompress). `timer` may be null.
+// and apply to the prompt: ShouldCompress). `timer` and `retained` may be
+// null; `retained` gets every layer, from the scores the selection ranked.
 kv::KvSelector MakeSnapKvSelector(const KvCompressionConfig& config,
-                                  std::shared_ptr<SelectionTimer> timer);
+                                  std::shared_ptr<SelectionTimer> timer,
+                                  std::shared_ptr<RetainedAttention> retained = nullptr);
 
 }  // namespace snapserve::compress

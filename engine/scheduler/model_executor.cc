@@ -23,12 +23,18 @@ Status ModelExecutor::Admit(Sequence& seq) {
     switch (seq.compression.method) {
       case engine::KvMethod::kSnapKv:
         seq.snapkv_timer = std::make_shared<compress::SelectionTimer>();
-        selector = compress::MakeSnapKvSelector(seq.compression, seq.snapkv_timer);
+        seq.retained_attention = std::make_shared<compress::RetainedAttention>();
+        selector =
+            compress::MakeSnapKvSelector(seq.compression, seq.snapkv_timer, seq.retained_attention);
         query_rows = seq.compression.window;
         break;
       case engine::KvMethod::kStreamingLlm:
-        // No scoring: no queries to keep, and nothing worth timing.
-        selector = compress::MakeStreamingLlmSelector(seq.compression);
+        // No scoring for the selection, nothing worth timing; the window's
+        // queries only measure the retained attention
+        // (docs/compression-policies.md, "Retained attention").
+        seq.retained_attention = std::make_shared<compress::RetainedAttention>();
+        selector = compress::MakeStreamingLlmSelector(seq.compression, seq.retained_attention);
+        query_rows = compress::StreamingLlmScoreWindow(seq.compression, n);
         break;
       case engine::KvMethod::kNone:
         break;

@@ -75,6 +75,11 @@ void OutputProcessor::Finish(Sequence& seq, const Ending& ending) {
   u.time_to_first_token_ms = seq.generated > 0 ? Ms(seq.first_token - seq.arrival) : 0;
   u.total_ms = Ms(now - seq.arrival);
   u.snapkv_ms = seq.snapkv_timer ? seq.snapkv_timer->seconds * 1e3 : -1;
+  // Set at admission when a selector was installed; Mean() is -1 until a layer ran.
+  if (seq.retained_attention) {
+    u.kv_method = seq.compression.method;
+    u.retained_attention = seq.retained_attention->Mean();
+  }
   seq.sink->OnFinish(ending.status, reason, u);
 }
 

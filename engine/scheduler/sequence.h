@@ -35,6 +35,7 @@ struct Sequence {
   std::unique_ptr<sampling::StopMatcher> stop;
   std::unique_ptr<tokenizer::IncrementalDecoder> decoder;
   std::shared_ptr<compress::SelectionTimer> snapkv_timer;
+  std::shared_ptr<compress::RetainedAttention> retained_attention;  // set when compressed
 
   Clock::time_point arrival;
   Clock::time_point deadline = Clock::time_point::max();

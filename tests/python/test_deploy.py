@@ -489,7 +489,8 @@ def test_promtool_check_rules():
     assert r.returncode == 0, r.stdout + r.stderr
     alerts = {rule["alert"]: rule for g in load_rules()["groups"] for rule in g["rules"] if "alert" in rule}
     for name in ("SnapserveHighErrorRate", "SnapserveTTFTHighP99", "SnapserveKVCacheNearlyFull",
-                 "SnapserveQueueGrowing", "SnapserveCompressionRatioDrop"):
+                 "SnapserveQueueGrowing", "SnapserveCompressionRatioDrop",
+                 "SnapserveRetainedAttentionLow"):
         assert name in alerts, f"missing alert {name}"
     for name, rule in alerts.items():
         ann = rule.get("annotations", {})
@@ -587,6 +588,26 @@ tests:
         alertname: SnapserveCompressionRatioDrop
         exp_alerts:
           - exp_labels: {severity: info, namespace: ns}
+
+  # p10 of retained attention: namespace ns has 20% of requests at <= 0.5 (p10
+  # falls in the lowest bucket), namespace good has all at >= 0.95.
+  - interval: 1m
+    input_series:
+      - {series: 'snapserve_kv_retained_attention_ratio_bucket{namespace="ns", pod="p", le="0.5"}', values: '0+2x60'}
+      - {series: 'snapserve_kv_retained_attention_ratio_bucket{namespace="ns", pod="p", le="0.9"}', values: '0+4x60'}
+      - {series: 'snapserve_kv_retained_attention_ratio_bucket{namespace="ns", pod="p", le="1"}', values: '0+10x60'}
+      - {series: 'snapserve_kv_retained_attention_ratio_bucket{namespace="ns", pod="p", le="+Inf"}', values: '0+10x60'}
+      - {series: 'snapserve_kv_retained_attention_ratio_bucket{namespace="good", pod="q", le="0.5"}', values: '0+0x60'}
+      - {series: 'snapserve_kv_retained_attention_ratio_bucket{namespace="good", pod="q", le="0.9"}', values: '0+0x60'}
+      - {series: 'snapserve_kv_retained_attention_ratio_bucket{namespace="good", pod="q", le="0.95"}', values: '0+0x60'}
+      - {series: 'snapserve_kv_retained_attention_ratio_bucket{namespace="good", pod="q", le="1"}', values: '0+10x60'}
+      - {series: 'snapserve_kv_retained_attention_ratio_bucket{namespace="good", pod="q", le="+Inf"}', values: '0+10x60'}
+    alert_rule_test:
+      - {eval_time: 10m, alertname: SnapserveRetainedAttentionLow, exp_alerts: []}
+      - eval_time: 40m
+        alertname: SnapserveRetainedAttentionLow
+        exp_alerts:
+          - exp_labels: {severity: warning, namespace: ns}
 """
 
 
@@ -635,7 +656,8 @@ def test_dashboard_panels():
     for name in ("snapserve_time_to_first_token_seconds", "snapserve_inter_token_latency_seconds",
                  "snapserve_generated_tokens_total", "snapserve_kv_compression_ratio",
                  "snapserve_kv_cache_usage_ratio", "snapserve_requests_running",
-                 "snapserve_requests_waiting", "snapserve_batch_size", "snapserve_requests_total"):
+                 "snapserve_requests_waiting", "snapserve_batch_size", "snapserve_requests_total",
+                 "snapserve_kv_retained_attention_ratio"):
         assert name in text, f"dashboard has no panel on {name}"
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids)), "duplicate panel ids"

@@ -97,12 +97,21 @@ def test_logs_insights_queries_over_real_log_lines(start_server, model_path, pb)
         assert (e["kv_original_size"], e["kv_compressed_size"]) == \
             (usage.kv_prompt_entries, usage.kv_kept_entries)
         assert e["compression_ratio"] == pytest.approx(usage.compression_ratio, rel=1e-6)
+        # The log has the double, Usage the float32 of the same figure.
+        assert usage.HasField("retained_attention_ratio")
+        assert 0 < e["retained_attention"] <= 1
+        assert e["retained_attention"] == pytest.approx(usage.retained_attention_ratio, rel=1e-6)
+        assert pb2.KvCompression.Method.Name(usage.kv_method) == method.upper()
+    assert not short.usage.HasField("retained_attention_ratio")
+    assert short.usage.kv_method == pb2.KvCompression.NONE
 
     latency_query, compression_query = _readme_queries()
     got = _run_query(compression_query, raw)
     kept_shares = [u.kv_kept_entries / u.kv_prompt_entries for u, _ in compressed.values()]
     assert got["avg_kept_share"] == pytest.approx(sum(kept_shares) / 2, rel=1e-9)
     assert got["max_input_kv"] == max(u.kv_prompt_entries for u, _ in compressed.values())
+    retained = [e["retained_attention"] for e in events]
+    assert got["avg_retained_attention"] == pytest.approx(sum(retained) / 2, rel=1e-9)
 
     got = _run_query(latency_query, raw)
     durations = [json.loads(x)["duration_ms"] for x in raw if re.search("inference_complete", x)]

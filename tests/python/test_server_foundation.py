@@ -24,7 +24,8 @@ METRIC_NAMES = [
     "snapserve_inter_token_latency_seconds", "snapserve_prompt_tokens_total",
     "snapserve_generated_tokens_total", "snapserve_kv_compression_ratio",
     "snapserve_kv_entries_before_total", "snapserve_kv_entries_after_total",
-    "snapserve_snapkv_duration_seconds", "snapserve_kv_cache_usage_ratio",
+    "snapserve_snapkv_duration_seconds", "snapserve_kv_retained_attention_ratio",
+    "snapserve_kv_cache_usage_ratio",
     "snapserve_kv_cache_blocks_free", "snapserve_requests_running",
     "snapserve_requests_waiting", "snapserve_batch_size",
 ]

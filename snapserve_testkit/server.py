@@ -1,4 +1,5 @@
 """A real `snapserve` child process on free loopback ports."""
+import json
 import os
 import signal
 import socket
@@ -13,6 +14,18 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def startup_error(out):
+    """The one `startup_failed` error of a refused start, from the
+    CompletedProcess of a `snapserve` run; asserts the process exited with a
+    positive code (not a signal) and logged exactly one such line."""
+    log = out.stdout + out.stderr
+    assert out.returncode > 0, f"exit {out.returncode} (negative: a signal):\n{log[-3000:]}"
+    failed = [json.loads(line) for line in log.splitlines()
+              if line.startswith("{") and '"startup_failed"' in line]
+    assert len(failed) == 1, log[-3000:]
+    return failed[0]["error"]
 
 
 class ServerError(RuntimeError):

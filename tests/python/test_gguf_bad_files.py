@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from snapserve_testkit.server import startup_error
 
 
 def _open_error(torch_ops, path):
@@ -279,16 +280,6 @@ def _start_server(build_dir, path, timeout=60):
                           capture_output=True, text=True, errors="replace", timeout=timeout)
 
 
-def _startup_error(out):
-    """The one startup_failed error of a refused start (asserting there is one)."""
-    log = out.stdout + out.stderr
-    assert out.returncode > 0, f"exit {out.returncode} (negative: a signal):\n{log[-3000:]}"
-    failed = [json.loads(line) for line in log.splitlines()
-              if line.startswith("{") and '"startup_failed"' in line]
-    assert len(failed) == 1, log[-3000:]
-    return failed[0]["error"]
-
-
 def _value(key):
     return lambda lay: lay.value_offset(key)
 
@@ -373,7 +364,7 @@ def test_corrupt_model_file_fails_the_start(case, layout, model_bytes, build_dir
     path = tmp_path / f"{case}.gguf"
     path.write_bytes(_apply(layout, model_bytes, edits))
     started = time.monotonic()
-    error = _startup_error(_start_server(build_dir, path))
+    error = startup_error(_start_server(build_dir, path))
     assert time.monotonic() - started < 30
     assert str(path) in error, error
     for word in words:
@@ -399,7 +390,7 @@ def test_extra_unknown_tensor_fails_the_start(layout, build_dir, tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    error = _startup_error(_start_server(build_dir, path))
+    error = startup_error(_start_server(build_dir, path))
     assert f"{path}: tensor 'blk.0.attn_q_norm.weight' is not part of a llama model" in error, error
 
 
@@ -479,7 +470,7 @@ for pos, xor in {flips!r}:
 
     for (pos, xor), err in refused[:3]:
         write_flipped(pos, xor)
-        logged = _startup_error(_start_server(build_dir, work))
+        logged = startup_error(_start_server(build_dir, work))
         if "\\x" not in err:  # else it quotes bytes the op escaped and the log did not
             assert logged == err, (pos, xor)
     for pos, xor in started[:2]:

@@ -16,6 +16,7 @@ import random
 import unicodedata
 
 import pytest
+from snapserve_testkit.server import startup_error
 
 from tokenizer_corpus import HANDPICKED, corpus
 
@@ -330,12 +331,7 @@ def test_bad_hf_file_fails_the_start_cleanly(case, hf_model_dir, tmp_path, build
                           "--metrics-port=0", "--kv-cache-memory=16MiB",
                           "--default-kv-method=none"],
                          capture_output=True, text=True, timeout=60)
-    log = out.stdout + out.stderr
-    assert out.returncode > 0, f"exit {out.returncode} (a negative code is a signal):\n{log[-3000:]}"
-    failed = [json.loads(line) for line in log.splitlines()
-              if line.startswith("{") and '"startup_failed"' in line]
-    assert len(failed) == 1, log[-3000:]
-    error = failed[0]["error"]
+    error = startup_error(out)
     assert f"{d}/{name}" in error, error
     for word in words:
         assert word in error, (word, error)
@@ -390,14 +386,9 @@ def test_weight_map_outside_the_directory_fails_the_start(shard, hf_model_dir, t
                           "--metrics-port=0", "--kv-cache-memory=16MiB",
                           "--default-kv-method=none"],
                          capture_output=True, text=True, timeout=60)
-    log = out.stdout + out.stderr
-    assert out.returncode > 0, f"exit {out.returncode}:\n{log[-3000:]}"
-    failed = [json.loads(line) for line in log.splitlines()
-              if line.startswith("{") and '"startup_failed"' in line]
-    assert len(failed) == 1, log[-3000:]
-    error = failed[0]["error"]
+    error = startup_error(out)
     assert f"shard name `{shard}`" in error and "inside the model directory" in error, error
-    assert '"serving"' not in log
+    assert '"serving"' not in out.stdout + out.stderr
 
 
 # ---- while the model loads: health NOT_SERVING, calls UNAVAILABLE ------------

@@ -15,10 +15,12 @@ QuantMatrix make_quant_matrix(QuantType type, int64_t rows, int64_t cols, at::Te
               " rows of ", cols, " elements are not a whole number of ", f.block_elements,
               "-element blocks");
   QuantMatrix m{type, rows, cols, std::move(data)};
+  m.stride = cols / f.block_elements * f.block_bytes;
   TORCH_CHECK(m.data.scalar_type() == at::kByte && m.data.is_cpu() && m.data.is_contiguous() &&
                   m.data.dim() == 2 && m.data.size(0) == rows && m.data.size(1) == m.row_bytes(),
               name, ": expected contiguous CPU uint8 [", rows, ", ", m.row_bytes(),
               "] blocks, got ", m.data.scalar_type(), " ", m.data.sizes());
+  m.base = m.data.const_data_ptr<uint8_t>();
   return m;
 }
 

@@ -16,11 +16,13 @@ struct QuantMatrix {
   QuantType type = QuantType::kQ8_0;
   int64_t rows = 0, cols = 0;
   at::Tensor data;  // uint8 [rows, row_bytes()], CPU, contiguous
+  // data's first byte and row size, fixed by make_quant_matrix: the kernels
+  // ask for a row address per weight row, too often to check the tensor each time.
+  const uint8_t* base = nullptr;
+  int64_t stride = 0;
 
-  int64_t row_bytes() const {
-    return cols / quant_format(type).block_elements * quant_format(type).block_bytes;
-  }
-  const uint8_t* row(int64_t r) const { return data.const_data_ptr<uint8_t>() + r * row_bytes(); }
+  int64_t row_bytes() const { return stride; }
+  const uint8_t* row(int64_t r) const { return base + r * stride; }
   // Bytes held in memory (what a decode step reads of this matrix).
   int64_t nbytes() const { return rows * row_bytes(); }
 };

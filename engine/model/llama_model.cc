@@ -5,6 +5,7 @@
 
 #include "engine/model/rope.h"
 #include "kernels/linear.h"
+#include "kernels/rowwise.h"
 
 namespace snapserve::model {
 
@@ -54,6 +55,7 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
   // As transformers' LlamaRMSNorm: statistics in float32, scale in the compute
   // dtype. x is the float32 residual stream; the result feeds a matmul.
+  if (FusedRowwise(x)) return kernels::rms_norm(x, weight, config_.rms_norm_eps);
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
   return weight * (xf * at::rsqrt(variance + config_.rms_norm_eps)).to(compute_dtype_);
@@ -62,8 +64,17 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) co
 at::Tensor LlamaModel::Mlp(const LayerWeights& l, const at::Tensor& x) const {
   at::Tensor gate_up = Linear(x, l.gate_up);  // [m, 2 * intermediate]
   const int64_t inter = config_.intermediate;
+  if (FusedRowwise(gate_up)) return Linear(kernels::silu_mul(gate_up), l.down);
   at::Tensor act = at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter);
   return Linear(act, l.down);
+}
+
+at::Tensor LlamaModel::Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin) const {
+  if (FusedRowwise(qk)) {
+    kernels::rope_rotate_(qk, cos, sin);
+    return qk;
+  }
+  return ApplyRope(qk, cos.unsqueeze(1), sin.unsqueeze(1));  // broadcast over heads
 }
 
 at::Tensor LlamaModel::Embed(const std::vector<int32_t>& tokens) const {
@@ -141,16 +152,14 @@ at::Tensor LlamaModel::ContinuePrompt(PromptState& st, KvStore& store, int64_t m
   }
   at::Tensor positions =
       at::arange(start, end, at::TensorOptions().dtype(at::kLong).device(device_));
-  auto [cos, sin] = RopeCosSin(inv_freq_, positions, compute_dtype_);  // [rows, D]
-  cos = cos.unsqueeze(1);  // [rows, 1, D]: broadcast over heads
-  sin = sin.unsqueeze(1);
+  const auto [cos, sin] = RopeCosSin(inv_freq_, positions, compute_dtype_);  // [rows, D]
   const std::vector<int32_t> chunk(st.tokens.begin() + start, st.tokens.begin() + end);
   at::Tensor h = Embed(chunk).to(at::kFloat);  // [rows, hidden], the float32 residual stream
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[i];
     at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm), l.qkv).view({rows, H + 2 * Hkv, D});
     // q and k are adjacent heads of one buffer: one RoPE call rotates both.
-    at::Tensor qk = ApplyRope(qkv.narrow(1, 0, H + Hkv), cos, sin);
+    at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
     at::Tensor q = qk.narrow(1, 0, H).transpose(0, 1);           // [H, rows, D]
     at::Tensor k = qk.narrow(1, H, Hkv).transpose(0, 1);         // [Hkv, rows, D]
     at::Tensor v = qkv.narrow(1, H + Hkv, Hkv).transpose(0, 1);  // [Hkv, rows, D]
@@ -208,20 +217,18 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, D = config_.head_dim;
 
   at::Tensor pos = at::tensor(at::ArrayRef<int64_t>(positions), at::kLong).to(device_);
-  auto [cos, sin] = RopeCosSin(inv_freq_, pos, compute_dtype_);  // [B, D]
-  cos = cos.unsqueeze(1);
-  sin = sin.unsqueeze(1);
+  const auto [cos, sin] = RopeCosSin(inv_freq_, pos, compute_dtype_);  // [B, D]
 
   at::Tensor h = Embed(tokens).to(at::kFloat);  // [B, hidden], float32 residual stream
   store.BeginDecodeStep(seqs);
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[i];
     at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm), l.qkv).view({B, H + 2 * Hkv, D});
-    at::Tensor qk = ApplyRope(qkv.narrow(1, 0, H + Hkv), cos, sin);
+    at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
     at::Tensor attn = store.DecodeAttention(seqs, i, qk.narrow(1, 0, H), qk.narrow(1, H, Hkv),
                                             qkv.narrow(1, H + Hkv, Hkv));  // [B, H, D]
-    h = h + Linear(attn.reshape({B, H * D}), l.o_proj);
-    h = h + Mlp(l, RmsNorm(h, l.mlp_norm));
+    h.add_(Linear(attn.reshape({B, H * D}), l.o_proj));
+    h.add_(Mlp(l, RmsNorm(h, l.mlp_norm)));
   }
   store.EndDecodeStep();
   return Logits(h);

@@ -117,6 +117,13 @@ class LlamaModel {
   at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor Mlp(const LayerWeights& l, const at::Tensor& x) const;
+  // Rotates the q and k heads of a fused qkv output ([rows, H + Hkv, D]);
+  // cos/sin [rows, D]. Returns the rotated heads (in place on CPU float32).
+  at::Tensor Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin) const;
+  // CPU float32 compute: the row-wise steps run as fused kernels (kernels/rowwise.h).
+  bool FusedRowwise(const at::Tensor& x) const {
+    return x.is_cpu() && compute_dtype_ == at::kFloat && x.scalar_type() == at::kFloat;
+  }
   at::Tensor Embed(const std::vector<int32_t>& tokens) const;
   // Attention of one chunk's queries q [H, rows, D] (prompt positions
   // [start, start + rows)) over keys/values [Hkv, start + rows, D]: causal,

@@ -1,0 +1,119 @@
+#include "kernels/rowwise.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+#include "kernels/checks.h"
+#include "kernels/cpu_isa.h"
+
+namespace snapserve::kernels {
+
+namespace {
+
+// Rows per parallel task: decode-sized calls (a few rows) stay on the calling
+// thread, where waking the pool would cost more than the work.
+int64_t RowGrain(int64_t row_elements) {
+  constexpr int64_t kElementsPerTask = 64 * 1024;
+  return std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(row_elements, 1));
+}
+
+void CheckCpuFloat(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cpu(), name, ": expected a CPU tensor");
+  TORCH_CHECK(t.scalar_type() == at::kFloat, name, ": expected float32, got ", t.scalar_type());
+}
+
+}  // namespace
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  CheckCpuFloat(x, "x");
+  CheckCpuFloat(weight, "weight");
+  check_shape(x, "x", {-1, -1});
+  const int64_t m = x.size(0), n = x.size(1);
+  check_shape(weight, "weight", {n});
+  TORCH_CHECK(n > 0, "x: rows must not be empty");
+  const at::Tensor xc = x.contiguous(), wc = weight.contiguous();
+  at::Tensor out = at::empty({m, n}, xc.options());
+  const float* src = xc.const_data_ptr<float>();
+  const float* w = wc.const_data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, m, RowGrain(n), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = src + r * n;
+      // Four partial sums (one fixed order): a single chain would wait on
+      // each add's latency over long prompts.
+      double part[4] = {0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 4 <= n; i += 4) {
+        for (int j = 0; j < 4; ++j) part[j] += static_cast<double>(row[i + j]) * row[i + j];
+      }
+      for (; i < n; ++i) part[0] += static_cast<double>(row[i]) * row[i];
+      const double squares = (part[0] + part[1]) + (part[2] + part[3]);
+      const float mean = static_cast<float>(squares / static_cast<double>(n));
+      const float scale = 1.0f / std::sqrt(mean + static_cast<float>(eps));
+      float* o = dst + r * n;
+      for (int64_t j = 0; j < n; ++j) o[j] = w[j] * (row[j] * scale);
+    }
+  });
+  return out;
+}
+
+void rope_rotate_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  CheckCpuFloat(x, "x");
+  CheckCpuFloat(cos, "cos");
+  CheckCpuFloat(sin, "sin");
+  check_shape(x, "x", {-1, -1, -1});
+  const int64_t m = x.size(0), heads = x.size(1), d = x.size(2);
+  check_shape(cos, "cos", {m, d});
+  check_shape(sin, "sin", {m, d});
+  TORCH_CHECK(d % 2 == 0, "x: head size must be even, got ", d);
+  TORCH_CHECK(x.stride(2) == 1, "x: the last dimension must be contiguous");
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous(), "cos/sin: expected contiguous tensors");
+  const int64_t half = d / 2, row_stride = x.stride(0), head_stride = x.stride(1);
+  float* base = x.data_ptr<float>();
+  const float* c = cos.const_data_ptr<float>();
+  const float* s = sin.const_data_ptr<float>();
+  at::parallel_for(0, m, RowGrain(heads * d), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* cr = c + r * d;
+      const float* sr = s + r * d;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = base + r * row_stride + h * head_stride;
+        for (int64_t i = 0; i < half; ++i) {
+          const float lo = v[i], hi = v[i + half];
+          // rotate_half(x) = (-x[half:], x[:half]); each product rounds, then the sum.
+          v[i] = lo * cr[i] + (-hi) * sr[i];
+          v[i + half] = hi * cr[i + half] + lo * sr[i + half];
+        }
+      }
+    }
+  });
+}
+
+at::Tensor silu_mul(const at::Tensor& gate_up) {
+  CheckCpuFloat(gate_up, "gate_up");
+  check_shape(gate_up, "gate_up", {-1, -1});
+  TORCH_CHECK(gate_up.is_contiguous(), "gate_up: expected a contiguous tensor");
+  const int64_t m = gate_up.size(0), inter = gate_up.size(1) / 2;
+  TORCH_CHECK(gate_up.size(1) % 2 == 0, "gate_up: expected an even column count");
+  at::Tensor out = at::empty({m, inter}, gate_up.options());
+  const float* src = gate_up.const_data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  const bool simd = cpu_isa() != CpuIsa::kPortable;
+  at::parallel_for(0, m, RowGrain(inter), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* gate = src + r * 2 * inter;
+      const float* up = gate + inter;
+      float* o = dst + r * inter;
+      if (simd && cpu::silu_mul_row_avx2(gate, up, inter, o)) continue;
+      for (int64_t i = 0; i < inter; ++i) {
+        const float g = gate[i];
+        o[i] = g / (1.0f + std::exp(-g)) * up[i];
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace snapserve::kernels

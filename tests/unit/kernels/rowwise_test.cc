@@ -1,0 +1,109 @@
+// The fused row-wise kernels (RMSNorm, rotary embedding, SwiGLU gate) against
+// float64 references and the LibTorch expressions they replace in the model,
+// and the property the engine relies on: a row's result does not depend on
+// the other rows of the call.
+#include "kernels/rowwise.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+namespace snapserve::kernels {
+namespace {
+
+// |got - want| <= ulps float32 units of want's magnitude (plus a floor near 0).
+void ExpectClose(const at::Tensor& got, const at::Tensor& want, double ulps) {
+  const at::Tensor w = want.to(at::kDouble);
+  const at::Tensor bound = w.abs() * (ulps * 0x1p-23) + 1e-30;
+  const at::Tensor excess = (got.to(at::kDouble) - w).abs() - bound;
+  EXPECT_LE(excess.max().item<double>(), 0.0)
+      << "worst error " << (got.to(at::kDouble) - w).abs().max().item<double>();
+}
+
+TEST(RmsNorm, MatchesFloat64Reference) {
+  at::manual_seed(0);
+  for (int64_t m : {1, 3, 64, 300}) {
+    for (int64_t n : {1, 7, 576, 2049}) {
+      const at::Tensor x = at::randn({m, n}) * 3;
+      const at::Tensor w = at::randn({n});
+      const double eps = 1e-5;
+      const at::Tensor xd = x.to(at::kDouble);
+      const at::Tensor want = w.to(at::kDouble) * (xd * at::rsqrt(xd.pow(2).mean(-1, true) + eps));
+      const at::Tensor got = rms_norm(x, w, eps);
+      ASSERT_EQ(got.sizes(), x.sizes());
+      // The scale is rounded once from an exact-ish mean (1/sqrt: 1.5 ulp),
+      // then x * scale and w * (.) round once each: 4 ulps covers the chain.
+      ExpectClose(got, want, 4);
+    }
+  }
+}
+
+TEST(RmsNorm, RowResultIndependentOfBatch) {
+  at::manual_seed(1);
+  const at::Tensor x = at::randn({40, 576});
+  const at::Tensor w = at::randn({576});
+  const at::Tensor together = rms_norm(x, w, 1e-6);
+  for (int64_t i : {0, 17, 39}) {
+    EXPECT_TRUE(at::equal(rms_norm(x.narrow(0, i, 1), w, 1e-6), together.narrow(0, i, 1)));
+  }
+}
+
+TEST(RopeRotate, EqualsTheTensorExpressionBitForBit) {
+  at::manual_seed(2);
+  const int64_t rows = 5, h = 9, hkv = 3, d = 64;
+  // A fused qkv output: q and k heads are rotated in place, v is left alone.
+  const at::Tensor qkv = at::randn({rows, h + 2 * hkv, d});
+  const at::Tensor angles = at::randn({rows, d}) * 10;
+  const at::Tensor cos = angles.cos(), sin = angles.sin();
+  const at::Tensor x = qkv.narrow(1, 0, h + hkv).clone();
+  const at::Tensor rotated = at::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
+  const at::Tensor want = x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);
+  const at::Tensor v_before = qkv.narrow(1, h + hkv, hkv).clone();
+  at::Tensor qk = qkv.narrow(1, 0, h + hkv);
+  rope_rotate_(qk, cos, sin);
+  EXPECT_TRUE(at::equal(qkv.narrow(1, 0, h + hkv), want));
+  EXPECT_TRUE(at::equal(qkv.narrow(1, h + hkv, hkv), v_before));
+}
+
+TEST(SiluMul, MatchesFloat64Reference) {
+  at::manual_seed(3);
+  for (int64_t m : {1, 4, 100}) {
+    for (int64_t inter : {1, 7, 8, 1536, 1539}) {
+      // Wide range: lanes beyond exp's polynomial range (|g| > 87) take libm.
+      at::Tensor gate_up = at::randn({m, 2 * inter}) * 4;
+      gate_up.index_put_({0, 0}, 95.0);
+      if (inter > 1) gate_up.index_put_({0, 1}, -120.0);
+      const at::Tensor g = gate_up.narrow(1, 0, inter).to(at::kDouble);
+      const at::Tensor u = gate_up.narrow(1, inter, inter).to(at::kDouble);
+      const at::Tensor want = g / (1 + at::exp(-g)) * u;
+      const at::Tensor got = silu_mul(gate_up);
+      ASSERT_EQ(got.sizes(), (at::IntArrayRef{m, inter}));
+      // exp within 1 ulp (or libm's), then add, divide and multiply round
+      // once each; 1 + e can amplify exp's error by at most 1 (e/(1+e) < 1).
+      ExpectClose(got, want, 6);
+    }
+  }
+}
+
+TEST(SiluMul, RowResultIndependentOfBatch) {
+  at::manual_seed(4);
+  const at::Tensor gate_up = at::randn({33, 2 * 1536});
+  const at::Tensor together = silu_mul(gate_up);
+  for (int64_t i : {0, 32}) {
+    EXPECT_TRUE(at::equal(silu_mul(gate_up.narrow(0, i, 1)), together.narrow(0, i, 1)));
+  }
+}
+
+TEST(Rowwise, RejectsWrongInputsWithAMessage) {
+  const at::Tensor x = at::randn({2, 8});
+  EXPECT_THROW(rms_norm(x.to(at::kDouble), at::ones({8}), 1e-5), c10::Error);
+  EXPECT_THROW(rms_norm(x, at::ones({7}), 1e-5), c10::Error);
+  EXPECT_THROW(silu_mul(at::randn({2, 7})), c10::Error);
+  at::Tensor odd = at::randn({2, 1, 7});
+  EXPECT_THROW(rope_rotate_(odd, at::randn({2, 7}), at::randn({2, 7})), c10::Error);
+  at::Tensor ok = at::randn({2, 1, 8});
+  EXPECT_THROW(rope_rotate_(ok, at::randn({3, 8}), at::randn({3, 8})), c10::Error);
+}
+
+}  // namespace
+}  // namespace snapserve::kernels

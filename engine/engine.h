@@ -52,11 +52,12 @@ struct EngineOptions {
   // every layer until its last chunk, so this bounds that memory. Not a
   // server flag.
   int64_t max_prefill_tokens_per_step = 4096;
-  // Tokens one step computes while requests decode: their decode tokens
-  // first, prompt chunks in the rest (scheduler/step_planner.h). Smaller:
-  // shorter gaps between a stream's tokens while prompts arrive; larger:
-  // faster prefill. The default is measured (docs/kv-cache-and-scheduling.md).
-  int64_t max_step_tokens = 256;
+  // Prompt tokens one step computes, beside one token per decoding sequence
+  // (scheduler/step_planner.h); prompts are cut into chunks of this size.
+  // Smaller: shorter gaps while prompts arrive, but more of them; larger:
+  // fewer, longer gaps and larger GEMMs. The default is measured
+  // (docs/kv-cache-and-scheduling.md, "Chunked prefill").
+  int64_t max_step_tokens = 2048;
 
   // What a request that leaves kv_compression fields unset gets.
   KvCompressionConfig default_kv_compression;

@@ -13,9 +13,8 @@ namespace snapserve::scheduler {
 // The limits a plan respects; the engine fills them from EngineOptions.
 struct StepLimits {
   int64_t max_batch_size = 1;  // admitted sequences (prefilling + decoding)
-  // Tokens one step computes: one per decoding sequence first, prompt chunks
-  // in what is left (at least one chunk, so prompts always progress); also
-  // the size of the chunks prompts are cut into.
+  // Prompt tokens one step computes (one token per decoding sequence comes
+  // on top); also the size of the chunks prompts are cut into.
   int64_t max_step_tokens = 1;
   // Prompt tokens admitted into prefill at once (their K/V is held whole
   // until their last chunk); the head of the queue is exempt when no prompt

@@ -63,8 +63,13 @@ StepPlan Schedule(const ScheduleInput& in) {
   // Prompts are cut at multiples of max_step_tokens from their start, the
   // same cuts whatever else runs, so a prompt's numbers never depend on the
   // load (docs/kv-cache-and-scheduling.md, "Batching invariance").
+  // Decode tokens ride on top of the prompt tokens rather than out of them:
+  // chunks cannot be cut to fill a remainder (the grid above), so counting
+  // 16 decode tokens against a 2048-token budget would leave room for one
+  // 1024-token prompt instead of two, doubling the steps that stall every
+  // stream (docs/kv-cache-and-scheduling.md, "Chunked prefill").
   const int64_t grid = in.limits.max_step_tokens;
-  int64_t allowance = grid - static_cast<int64_t>(plan.decode.size());
+  int64_t allowance = grid;
   for (const PrefillingRequest& p : prefilling) {
     const int64_t tokens = std::min(grid, p.remaining_tokens);
     if (tokens <= 0) continue;

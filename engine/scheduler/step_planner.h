@@ -7,13 +7,13 @@
 //   3. Waiting requests are admitted FCFS by admission_policy.h (batch room,
 //      blocks for the whole reservation, the in-prefill token bound); nobody
 //      overtakes the head of the queue.
-//   4. Prompt chunks fill what the decode tokens leave of max_step_tokens,
-//      FCFS over the prompts in prefill (then the ones admitted now). Every
-//      prompt is cut at multiples of max_step_tokens from its start (its
-//      chunks are the same whatever else runs: batching invariance), so a
-//      chunk is max_step_tokens tokens or the prompt's remainder. The first
-//      chunk always runs, so prompts progress even beside a full decode
-//      batch: a step computes at most max_step_tokens + decode tokens.
+//   4. Prompt chunks fill max_step_tokens, FCFS over the prompts in prefill
+//      (then the ones admitted now); the decode tokens come on top of them.
+//      Every prompt is cut at multiples of max_step_tokens from its start
+//      (its chunks are the same whatever else runs: batching invariance), so
+//      a chunk is max_step_tokens tokens or the prompt's remainder. A step
+//      computes at most max_step_tokens prompt tokens + one token per
+//      decoding sequence.
 #pragma once
 
 #include "engine/scheduler/step_plan.h"

@@ -17,13 +17,13 @@ std::vector<int64_t> ChunkTokens(const StepPlan& plan) {
   return t;
 }
 
-TEST(StepPlannerTest, DecodeTokensComeFirstAndPromptChunksFillTheRest) {
+TEST(StepPlannerTest, EveryDecodeTokenRunsAndPromptChunksFillTheBudget) {
   ScheduleInput in;
   in.limits = Limits(/*step_tokens=*/64);
   in.free_blocks = 100;
   in.decoding = {{1}, {2}, {3}};
-  // Remainders: 10 (a last chunk), 40, 30: 64 - 3 = 61 leaves room for the
-  // first two only (10 + 40 = 50; 30 more would exceed it).
+  // Remainders: 10 (a last chunk), 40, 30: the first two fit in 64 prompt
+  // tokens (10 + 40 = 50; 30 more would exceed it).
   in.prefilling = {{10, 200, 10}, {11, 40, 40}, {12, 30, 30}};
   const StepPlan plan = Schedule(in);
   EXPECT_EQ(plan.decode, (std::vector<int64_t>{1, 2, 3}));
@@ -52,7 +52,21 @@ TEST(StepPlannerTest, PromptsAreCutOnTheSameGridWhateverElseRuns) {
   }
 }
 
-TEST(StepPlannerTest, PromptsProgressEvenWhenDecodeFillsTheBudget) {
+TEST(StepPlannerTest, DecodeTokensDoNotCrowdOutAWholeChunk) {
+  // Two 32-token prompts fill a 64-token step exactly; sixteen decoding
+  // sequences beside them do not push the second one to the next step
+  // (chunks cannot be cut to fit what decode tokens would leave).
+  ScheduleInput in;
+  in.limits = Limits(/*step_tokens=*/64);
+  in.free_blocks = 100;
+  for (int i = 0; i < 16; ++i) in.decoding.push_back({i});
+  in.prefilling = {{100, 32, 32}, {101, 32, 32}};
+  const StepPlan plan = Schedule(in);
+  EXPECT_EQ(plan.decode.size(), 16u);
+  EXPECT_EQ(ChunkTokens(plan), (std::vector<int64_t>{32, 32}));
+}
+
+TEST(StepPlannerTest, PromptsProgressBesideAFullDecodeBatch) {
   ScheduleInput in;
   in.limits = Limits(/*step_tokens=*/4);
   in.free_blocks = 100;

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -169,6 +170,26 @@ class SchedulerLoopTest : public ::testing::Test {
 
   RecordingSink& sink(const std::string& id) { return *sinks_.at(id); }
 
+  // Submits `id` and holds the loop inside the step that runs its first
+  // chunk, so that what the test submits next arrives while `id` is admitted
+  // and unfinished. (The fake answers at once: without the hold, a request
+  // could end before the next one is even submitted.)
+  ::testing::AssertionResult SubmitAndHold(const std::string& id, int64_t prompt, int64_t max_new) {
+    fake_->PauseWhen([id](const RunRecord& r) { return HasChunkOf(r, id); });
+    const Status submitted = Submit(id, prompt, max_new);
+    if (!submitted.ok()) return ::testing::AssertionFailure() << id << ": " << submitted.message();
+    if (!fake_->WaitPaused(kWait)) return ::testing::AssertionFailure() << id << " never ran";
+    return ::testing::AssertionSuccess();
+  }
+  // Lets the held loop go on until the first step for which `when` holds,
+  // and holds it inside that one.
+  ::testing::AssertionResult ResumeUntil(std::function<bool(const RunRecord&)> when) {
+    fake_->PauseWhen(std::move(when));
+    fake_->Resume();
+    if (!fake_->WaitPaused(kWait)) return ::testing::AssertionFailure() << "no such step";
+    return ::testing::AssertionSuccess();
+  }
+
   // Waits for every listed request to end OK after `max_new` tokens.
   void ExpectCompleted(const std::vector<std::string>& ids, int64_t max_new) {
     for (const std::string& id : ids) {
@@ -217,9 +238,7 @@ tokenizer::Tokenizer* SchedulerLoopTest::tokenizer_ = nullptr;
 TEST_F(SchedulerLoopTest, AdmitsFcfsWithinTheBatchSizeAndBoundsTheQueue) {
   Start(/*batch=*/2, /*step_tokens=*/64, /*total_blocks=*/100, /*max_queue=*/3);
   // Hold the loop inside r0's step so the queue fills deterministically.
-  fake_->PauseWhen([](const RunRecord& r) { return HasChunkOf(r, "r0"); });
-  ASSERT_TRUE(Submit("r0", 5, 3).ok());
-  ASSERT_TRUE(fake_->WaitPaused(kWait));
+  ASSERT_TRUE(SubmitAndHold("r0", 5, 3));
   for (const char* id : {"r1", "r2", "r3"}) ASSERT_TRUE(Submit(id, 5, 3).ok()) << id;
   const Status full = Submit("r4", 5, 3);
   EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full.message();
@@ -238,9 +257,7 @@ TEST_F(SchedulerLoopTest, AdmissionWaitsForFreeBlocks) {
   // 4 blocks of 4 tokens; each request reserves 4 + 4 tokens = 2 blocks, so
   // two fit at once although the batch has room for eight.
   Start(/*batch=*/8, /*step_tokens=*/64, /*total_blocks=*/4);
-  fake_->PauseWhen([](const RunRecord& r) { return HasChunkOf(r, "b0"); });
-  ASSERT_TRUE(Submit("b0", 4, 4).ok());
-  ASSERT_TRUE(fake_->WaitPaused(kWait));
+  ASSERT_TRUE(SubmitAndHold("b0", 4, 4));
   for (const char* id : {"b1", "b2", "b3"}) ASSERT_TRUE(Submit(id, 4, 4).ok()) << id;
   fake_->Resume();
 
@@ -256,9 +273,7 @@ TEST_F(SchedulerLoopTest, StepsKeepTheTokenBudgetAndCutPromptsOnTheGrid) {
   const std::vector<std::pair<std::string, int64_t>> prompts = {{"g0", 20}, {"g1", 3}, {"g2", 8},
                                                                 {"g3", 13}, {"g4", 5}, {"g5", 17}};
   // All but the first arrive together, while g0's first chunk runs.
-  fake_->PauseWhen([](const RunRecord& r) { return HasChunkOf(r, "g0"); });
-  ASSERT_TRUE(Submit("g0", 20, 4).ok());
-  ASSERT_TRUE(fake_->WaitPaused(kWait));
+  ASSERT_TRUE(SubmitAndHold("g0", 20, 4));
   for (size_t i = 1; i < prompts.size(); ++i) {
     ASSERT_TRUE(Submit(prompts[i].first, prompts[i].second, 4).ok());
   }
@@ -311,9 +326,9 @@ TEST_F(SchedulerLoopTest, ALongPromptNeverHoldsDecodeBack) {
   constexpr int64_t kNew = 50;
   Start(/*batch=*/8, kB, /*total_blocks=*/1000);
   // The long prompt arrives once s0..s2 all decode.
-  fake_->PauseWhen([](const RunRecord& r) { return r.decoded.size() == 3; });
-  for (const char* id : {"s0", "s1", "s2"}) ASSERT_TRUE(Submit(id, 4, kNew).ok());
-  ASSERT_TRUE(fake_->WaitPaused(kWait));
+  ASSERT_TRUE(SubmitAndHold("s0", 4, kNew));
+  for (const char* id : {"s1", "s2"}) ASSERT_TRUE(Submit(id, 4, kNew).ok());
+  ASSERT_TRUE(ResumeUntil([](const RunRecord& r) { return r.decoded.size() == 3; }));
   ASSERT_TRUE(Submit("long", kLong, 2).ok());
   fake_->Resume();
   ExpectCompleted({"s0", "s1", "s2"}, kNew);
@@ -355,10 +370,9 @@ TEST_F(SchedulerLoopTest, ALongPromptNeverHoldsDecodeBack) {
 
 TEST_F(SchedulerLoopTest, CancelMidPrefillEndsTheRequestAndFreesItsBlocks) {
   Start(/*batch=*/4, /*step_tokens=*/8, /*total_blocks=*/1000);
-  ASSERT_TRUE(Submit("other", 4, 20).ok());
-  fake_->PauseWhen([](const RunRecord& r) { return HasChunkOf(r, "p"); });
+  ASSERT_TRUE(SubmitAndHold("other", 4, 20));
   ASSERT_TRUE(Submit("p", 32, 4).ok());  // 4 chunks
-  ASSERT_TRUE(fake_->WaitPaused(kWait));
+  ASSERT_TRUE(ResumeUntil([](const RunRecord& r) { return HasChunkOf(r, "p"); }));
   scheduler_->Cancel("p");  // while its first chunk runs
   fake_->Resume();
 
@@ -368,12 +382,17 @@ TEST_F(SchedulerLoopTest, CancelMidPrefillEndsTheRequestAndFreesItsBlocks) {
   ExpectCompleted({"other"}, 20);
   const std::vector<RunRecord> runs = fake_->runs();
   EXPECT_EQ(ChunksOf(runs, "p"), 1);
-  // Released before the next step ran: no later step sees it held.
+  // Released before the next step ran: no later step sees it held; and
+  // "other" went on decoding in that next step.
   size_t first = 0;
   while (first < runs.size() && !HasChunkOf(runs[first], "p")) ++first;
+  ASSERT_LT(first + 1, runs.size());
+  EXPECT_TRUE(Decoded(runs[first + 1], "other"));
   for (size_t i = first + 1; i < runs.size(); ++i) {
-    EXPECT_FALSE(runs[i].decoding.contains("p")) << i;
-    for (const fake::PromptLeft& left : runs[i].prefilling) EXPECT_NE(left.request, "p") << i;
+    const bool held = runs[i].decoding.contains("p") ||
+                      std::any_of(runs[i].prefilling.begin(), runs[i].prefilling.end(),
+                                  [](const fake::PromptLeft& l) { return l.request == "p"; });
+    EXPECT_FALSE(held) << "step " << i;
   }
   const std::vector<std::string> released = fake_->released();
   EXPECT_EQ(std::count(released.begin(), released.end(), "p"), 1);
@@ -383,9 +402,7 @@ TEST_F(SchedulerLoopTest, CancelMidPrefillEndsTheRequestAndFreesItsBlocks) {
 
 TEST_F(SchedulerLoopTest, CancelWhileWaitingEndsWithoutAdmission) {
   Start(/*batch=*/1, /*step_tokens=*/8, /*total_blocks=*/1000);
-  fake_->PauseWhen([](const RunRecord& r) { return HasChunkOf(r, "a"); });
-  ASSERT_TRUE(Submit("a", 4, 5).ok());
-  ASSERT_TRUE(fake_->WaitPaused(kWait));
+  ASSERT_TRUE(SubmitAndHold("a", 4, 5));
   ASSERT_TRUE(Submit("w", 4, 5).ok());  // waits: the batch holds one
   scheduler_->Cancel("w");
   fake_->Resume();
@@ -398,11 +415,10 @@ TEST_F(SchedulerLoopTest, CancelWhileWaitingEndsWithoutAdmission) {
 
 TEST_F(SchedulerLoopTest, DeadlineMidPrefillEndsTheRequestAndFreesItsBlocks) {
   Start(/*batch=*/4, /*step_tokens=*/8, /*total_blocks=*/1000);
-  ASSERT_TRUE(Submit("other", 4, 20).ok());
+  ASSERT_TRUE(SubmitAndHold("other", 4, 20));
   Sequence* p = nullptr;
-  fake_->PauseWhen([](const RunRecord& r) { return HasChunkOf(r, "p"); });
   ASSERT_TRUE(Submit("p", 32, 4, &p).ok());
-  ASSERT_TRUE(fake_->WaitPaused(kWait));
+  ASSERT_TRUE(ResumeUntil([](const RunRecord& r) { return HasChunkOf(r, "p"); }));
   // The deadline passes while the first chunk runs. The loop is held inside
   // Run(), so it does not touch `p` now; Resume() orders this write before
   // the loop's next read.
@@ -421,16 +437,15 @@ TEST_F(SchedulerLoopTest, ShutdownEndsEveryRequestOnceWithUnavailable) {
   Start(/*batch=*/2, /*step_tokens=*/8, /*total_blocks=*/1000);
   // "dec" decodes, "pre" is in its second chunk, "q1" and "q2" wait (batch
   // full) when shutdown comes.
-  fake_->PauseWhen([](const RunRecord& r) {
-    return std::any_of(r.chunks.begin(), r.chunks.end(), [](const fake::ChunkRecord& c) {
-      return c.request == "pre" && c.start > 0;
-    });
-  });
-  ASSERT_TRUE(Submit("dec", 4, 1000).ok());
+  ASSERT_TRUE(SubmitAndHold("dec", 4, 1000));
   ASSERT_TRUE(Submit("pre", 32, 1000).ok());
   ASSERT_TRUE(Submit("q1", 4, 1000).ok());
   ASSERT_TRUE(Submit("q2", 4, 1000).ok());
-  ASSERT_TRUE(fake_->WaitPaused(kWait));
+  ASSERT_TRUE(ResumeUntil([](const RunRecord& r) {
+    return std::any_of(r.chunks.begin(), r.chunks.end(), [](const fake::ChunkRecord& c) {
+      return c.request == "pre" && c.start > 0;
+    });
+  }));
   EXPECT_GT(sink("dec").tokens(), 0);
 
   auto shutdown = std::async(std::launch::async, [&] { scheduler_->Shutdown(); });

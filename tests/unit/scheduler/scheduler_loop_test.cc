@@ -46,13 +46,11 @@ class RecordingSink final : public engine::ResultSink {
     tokens_ += static_cast<int64_t>(ids.size());
     cv_.notify_all();
   }
-  void OnFinish(const Status& status, engine::FinishReason reason,
-                const engine::Usage& usage) override {
+  void OnFinish(const Status& status, engine::FinishReason reason, const engine::Usage&) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++finishes_;
     status_ = status;
     reason_ = reason;
-    usage_ = usage;
     cv_.notify_all();
   }
   bool WaitFinished() {
@@ -83,7 +81,6 @@ class RecordingSink final : public engine::ResultSink {
   int finishes_ = 0;
   Status status_;
   engine::FinishReason reason_{};
-  engine::Usage usage_;
 };
 
 // The byte-level character that stands for `byte`, UTF-8 encoded.

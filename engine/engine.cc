@@ -15,6 +15,7 @@
 #include "engine/model/gguf_file.h"
 #include "engine/model/llama_model.h"
 #include "engine/request_validation.h"
+#include "engine/scheduler/model_executor.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -171,7 +172,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   s.kv_cache_capacity_tokens = static_cast<uint64_t>(kc.num_blocks) * kc.block_size;
 
   impl->scheduler = std::make_unique<scheduler::Scheduler>(
-      *impl->model, *impl->cache,
+      std::make_unique<scheduler::ModelExecutor>(*impl->model, *impl->cache),
       scheduler::SchedulerOptions{
           scheduler::StepLimits{options.max_batch_size, options.max_step_tokens,
                                 options.max_prefill_tokens_per_step, options.block_size},

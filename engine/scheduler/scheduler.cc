@@ -26,8 +26,8 @@ Sequence* FindById(Container& seqs, int64_t id) {
 
 }  // namespace
 
-Scheduler::Scheduler(model::LlamaModel& model, kv::PagedKvCache& cache, SchedulerOptions options)
-    : options_(options), executor_(model, cache) {
+Scheduler::Scheduler(std::unique_ptr<StepExecutor> executor, SchedulerOptions options)
+    : options_(options), executor_(std::move(executor)) {
   PublishStats();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -71,7 +71,7 @@ engine::EngineStats Scheduler::Stats() const {
   s.running = running_count_.load();
   s.waiting = queued_.load();
   s.kv_blocks_free = free_blocks_.load();
-  s.kv_blocks_total = executor_.cache().num_total_blocks();
+  s.kv_blocks_total = executor_->total_blocks();
   s.kv_usage_ratio = usage_ratio_.load();
   return s;
 }
@@ -84,8 +84,8 @@ void Scheduler::SetObserver(engine::EngineObserver observer) {
 void Scheduler::PublishStats() {
   // Admitted requests, whether still in prefill or decoding.
   running_count_.store(static_cast<int64_t>(decoding_.size() + prefilling_.size()));
-  free_blocks_.store(executor_.cache().num_free_blocks());
-  usage_ratio_.store(executor_.cache().usage_ratio());
+  free_blocks_.store(executor_->free_blocks());
+  usage_ratio_.store(executor_->usage_ratio());
 }
 
 void Scheduler::Loop() {
@@ -151,7 +151,7 @@ ScheduleInput Scheduler::DescribeState(Clock::time_point now) const {
     in.prefilling.push_back({s->id, st.n(), st.n() - st.done, ends(*s)});
   }
   for (const auto& s : decoding_) in.decoding.push_back({s->id, ends(*s)});
-  in.free_blocks = executor_.cache().num_free_blocks();
+  in.free_blocks = executor_->free_blocks();
   in.limits = options_.limits;
   return in;
 }
@@ -181,7 +181,7 @@ void Scheduler::Admit(int64_t id) {
   if (!seq) return;
   --queued_;
   seq->admitted = Clock::now();
-  const Status admitted = executor_.Admit(*seq);
+  const Status admitted = executor_->Admit(*seq);
   if (!admitted.ok()) {
     Finish(std::move(seq), {admitted, {}});
     return;
@@ -200,7 +200,7 @@ void Scheduler::RunStep(const StepPlan& plan) {
     if (Sequence* s = FindById(prefilling_, c.id)) prefill.push_back({s, c.tokens});
   }
   if (decode.empty() && prefill.empty()) return;
-  const StepResult result = executor_.Run(decode, prefill);
+  const StepResult result = executor_->Run(decode, prefill);
   if (!decode.empty()) output_.OnDecodeStep(static_cast<int64_t>(decode.size()));
 
   const Clock::time_point now = Clock::now();
@@ -232,7 +232,7 @@ void Scheduler::RunStep(const StepPlan& plan) {
 void Scheduler::Finish(std::unique_ptr<Sequence> seq, const Ending& ending) {
   if (!seq) return;
   if (seq->admitted == Clock::time_point{}) --queued_;
-  executor_.Release(*seq);
+  executor_->Release(*seq);
   output_.Finish(*seq, ending);
 }
 

@@ -4,7 +4,8 @@
 //   1. takes new requests and cancellations from the inbox (under mu_),
 //   2. asks Schedule() (step_planner.h) for a StepPlan: what ends, what is
 //      admitted, which sequences decode and which prompt chunks run,
-//   3. has the ModelExecutor run it (model + paged KV cache, sampling),
+//   3. has its StepExecutor run it (step_executor.h; the engine's is the
+//      ModelExecutor: model + paged KV cache, sampling),
 //   4. has the OutputProcessor turn the sampled tokens into deltas, stops,
 //      metrics and, at the end, Usage.
 // Other threads only touch the inbox, the cancellation set and the observer
@@ -21,12 +22,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/kv/paged_kv_cache.h"
-#include "engine/model/llama_model.h"
 #include "engine/result_sink.h"
-#include "engine/scheduler/model_executor.h"
 #include "engine/scheduler/output_processor.h"
 #include "engine/scheduler/sequence.h"
+#include "engine/scheduler/step_executor.h"
 #include "engine/scheduler/step_plan.h"
 
 namespace snapserve::scheduler {
@@ -40,7 +39,8 @@ struct SchedulerOptions {
 
 class Scheduler {
  public:
-  Scheduler(model::LlamaModel& model, kv::PagedKvCache& cache, SchedulerOptions options);
+  // Starts the loop's thread, which owns `executor` until the destructor.
+  Scheduler(std::unique_ptr<StepExecutor> executor, SchedulerOptions options);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -69,7 +69,7 @@ class Scheduler {
   void PublishStats();
 
   const SchedulerOptions options_;
-  ModelExecutor executor_;
+  const std::unique_ptr<StepExecutor> executor_;
   OutputProcessor output_;
 
   // Shared with other threads.

@@ -1,6 +1,6 @@
 // What one scheduler iteration does, decided by Schedule() (step_planner.h)
 // from a description of the queue and the admitted sequences, then carried
-// out by ModelExecutor (model_executor.h) and OutputProcessor
+// out by a StepExecutor (step_executor.h) and OutputProcessor
 // (output_processor.h). Plain data: sequence ids and token counts, no model,
 // no tensors (docs/kv-cache-and-scheduling.md, "The scheduler loop").
 #pragma once

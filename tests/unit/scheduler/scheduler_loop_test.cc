@@ -26,6 +26,7 @@
 
 #include "engine/tokenizer/byte_level_bpe.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/unicode.h"
 #include "tests/unit/scheduler/fake_step_executor.h"
 
 namespace snapserve::scheduler {
@@ -85,14 +86,8 @@ class RecordingSink final : public engine::ResultSink {
 
 // The byte-level character that stands for `byte`, UTF-8 encoded.
 std::string ByteLevelChar(uint8_t byte) {
-  const uint32_t cp = tokenizer::ByteToCodePoint(byte);
   std::string s;
-  if (cp < 0x80) {
-    s.push_back(static_cast<char>(cp));
-  } else {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
+  tokenizer::AppendUtf8(tokenizer::ByteToCodePoint(byte), &s);
   return s;
 }
 

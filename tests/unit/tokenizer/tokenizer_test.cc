@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/tokenizer/byte_level_bpe.h"
+#include "engine/tokenizer/unicode.h"
 
 namespace snapserve::tokenizer {
 namespace {
@@ -22,13 +23,7 @@ const char* kExtra[] = {"\xC4\xA0h", "\xC4\xA0hi", "hi", "\xC3\x83\xC2\xA9"};  /
 
 std::string ByteChar(int b) {
   std::string s;
-  uint32_t cp = ByteToCodePoint(static_cast<uint8_t>(b));
-  if (cp < 0x80) {
-    s.push_back(static_cast<char>(cp));
-  } else {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
+  AppendUtf8(ByteToCodePoint(static_cast<uint8_t>(b)), &s);
   return s;
 }
 

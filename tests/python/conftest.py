@@ -102,6 +102,16 @@ def torch_ops():
     return torch.ops.snapserve
 
 
+@pytest.fixture(scope="module")
+def pipe(model_path):
+    """The transformers SnapKV reference pipeline on the default model
+    (reference/hf_snapkv_pipeline.py), loaded once per module."""
+    import torch
+    from reference.hf_snapkv_pipeline import SnapKVPipeline
+    torch.manual_seed(0)
+    return SnapKVPipeline.load(model_path)
+
+
 # --- gRPC stubs and a real snapserve process ------------------------------
 
 @pytest.fixture(scope="session")

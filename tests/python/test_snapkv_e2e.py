@@ -25,7 +25,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from reference.hf_snapkv_pipeline import Compressed, SnapKVPipeline  # noqa: E402
+from reference.hf_snapkv_pipeline import Compressed  # noqa: E402
 
 LICENSES = pathlib.Path("/usr/share/common-licenses")
 MAX_NEW = 24
@@ -41,12 +41,6 @@ CASES = [
     ("GFDL-1.3", 4200, 256, 16, 5, "avg"),
     ("LGPL-2.1", 5120, 512, 32, 7, "max"),
 ]
-
-
-@pytest.fixture(scope="module")
-def pipe(model_path):
-    torch.manual_seed(0)
-    return SnapKVPipeline.load(model_path)
 
 
 @pytest.fixture(scope="module")

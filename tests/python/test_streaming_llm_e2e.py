@@ -21,11 +21,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may be downloaded
 
 import grpc
 import pytest
-import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from reference import streaming_llm as ref  # noqa: E402
-from reference.hf_snapkv_pipeline import SnapKVPipeline  # noqa: E402
 from snapserve_testkit.metrics import value as metric  # noqa: E402
 from test_snapkv_e2e import _margin_report  # noqa: E402
 
@@ -46,12 +44,6 @@ CASES = [
     ("GFDL-1.3", 1300, 300, 1),
     ("LGPL-2.1", 1400, 128, 64),
 ]
-
-
-@pytest.fixture(scope="module")
-def pipe(model_path):
-    torch.manual_seed(0)
-    return SnapKVPipeline.load(model_path)
 
 
 @pytest.fixture(scope="module")

@@ -74,6 +74,9 @@ def run_cell(server, conc, n, max_new, method, capacity, rep):
         "steady_itl_p50_ms": 1e3 * c.percentile(steady, 50) if steady else None,
         "steady_gaps": len(steady),
         "ttft_p50_ms": 1e3 * c.percentile(ttft, 50) if ttft else None,
+        # The distributions, as their 1st..99th percentiles (plot_distributions).
+        "itl_percentiles_ms": [1e3 * c.percentile(gaps, q) for q in range(1, 100)] if gaps else [],
+        "ttft_percentiles_s": [c.percentile(ttft, q) for q in range(1, 100)] if ttft else [],
         "errors": errors,
         "kv_kept_entries": [u["kv_kept_entries"] for u in usages if u],
         "kv_prompt_entries": [u["kv_prompt_entries"] for u in usages if u],
@@ -358,11 +361,40 @@ def main():
             c.RESULTS.mkdir(parents=True, exist_ok=True)
             plot(png, summary_cells(summary, methods), methods)
             payload["png"] = str(png.relative_to(c.ROOT))
+            cdf = png.with_name(png.stem + "_latency.png")
+            plot_distributions(cdf, cells)
+            payload["latency_png"] = str(cdf.relative_to(c.ROOT))
         except Exception as e:  # noqa: BLE001
             payload["png"] = f"not written: {e!r}"
     else:
         payload["png"] = "not written: matplotlib is not importable"
     c.write_json(args.out, payload)
+
+
+def plot_distributions(path, cells):
+    """Time to first token and inter-token gaps as cumulative distributions,
+    one line per (cell, method, rep), from the recorded percentiles."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    qs = list(range(1, 100))
+    for x in cells:
+        label = f"c={x['concurrency']} n={x['prompt_tokens']} {x['method']} rep {x['rep']}"
+        if x.get("ttft_percentiles_s"):
+            axes[0].plot(x["ttft_percentiles_s"], qs, label=label)
+        if x.get("itl_percentiles_ms"):
+            axes[1].plot(x["itl_percentiles_ms"], qs, label=label)
+    axes[0].set_xlabel("time to first token (s)")
+    axes[1].set_xlabel("inter-token gap (ms, log scale)")
+    axes[1].set_xscale("log")
+    for ax in axes:
+        ax.set_ylabel("percentile")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("snapserve latency distributions (see the JSON of the same name)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 def summary_cells(summary, methods):

@@ -15,7 +15,7 @@ namespace {
 // Rows per parallel task: decode-sized calls (a few rows) stay on the calling
 // thread, where waking the pool would cost more than the work.
 int64_t RowGrain(int64_t row_elements) {
-  constexpr int64_t kElementsPerTask = 64 * 1024;
+  constexpr int64_t kElementsPerTask = int64_t{64} * 1024;
   return std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(row_elements, 1));
 }
 

@@ -210,8 +210,8 @@ const std::vector<FlagSpec>& Flags() {
        },
        [](const ServerConfig& c) { return std::to_string(c.engine.default_max_new_tokens); }},
       {"max-step-tokens",
-       "tokens one step computes while requests decode: their decode tokens, then "
-       "prompt chunks (chunked prefill)",
+       "prompt tokens one step computes, beside one token per decoding request "
+       "(prompts are cut into chunks of this size: chunked prefill)",
        [](ServerConfig& c, const std::string& v) {
          return SetInt(c.engine.max_step_tokens, v, 1, 1 << 20);
        },

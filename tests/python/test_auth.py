@@ -73,6 +73,29 @@ def test_every_rpc_needs_the_token(server, stub, pb, rpc):
     call((("authorization", f"bearer {TOKEN}"),))
 
 
+def test_refused_generation_calls_are_counted_unauthenticated(server, stub, pb):
+    """snapserve_requests_total counts Generate/GenerateStream calls refused
+    for want of the token under status="UNAUTHENTICATED" (docs/metrics.md),
+    and counts nothing else for them."""
+    from snapserve_testkit.metrics import total
+
+    def counts():
+        text = server.metrics_text()
+        return (total(text, "snapserve_requests_total", {"status": "UNAUTHENTICATED"}) or 0,
+                total(text, "snapserve_requests_total") or 0)
+
+    before_refused, before_all = counts()
+    call = calls(pb, stub)
+    for rpc in ("Generate", "GenerateStream"):
+        for md in REFUSED.values():
+            with pytest.raises(grpc.RpcError):
+                call[rpc](md)
+    after_refused, after_all = counts()
+    refused = 2 * len(REFUSED)
+    assert after_refused - before_refused == refused
+    assert after_all - before_all == refused
+
+
 def test_health_is_open_and_server_stays_healthy(server, stub, pb):
     with grpc.insecure_channel(server.target) as channel:
         health = health_pb2_grpc.HealthStub(channel)

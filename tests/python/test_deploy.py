@@ -531,12 +531,17 @@ tests:
       - {series: 'snapserve_requests_total{namespace="ok", pod="q", status="OK"}', values: '0+60x30'}
       - {series: 'snapserve_requests_total{namespace="ok", pod="q", status="INVALID_ARGUMENT"}', values: '0+30x30'}
       - {series: 'snapserve_requests_total{namespace="ok", pod="q", status="CANCELLED"}', values: '0+30x30'}
+      # A flood of calls without the token does not dilute the server's failures.
+      - {series: 'snapserve_requests_total{namespace="flood", pod="r", status="OK"}', values: '0+60x30'}
+      - {series: 'snapserve_requests_total{namespace="flood", pod="r", status="INTERNAL"}', values: '0+10x30'}
+      - {series: 'snapserve_requests_total{namespace="flood", pod="r", status="UNAUTHENTICATED"}', values: '0+10000x30'}
     alert_rule_test:
       - {eval_time: 10m, alertname: SnapserveHighErrorRate, exp_alerts: []}
       - eval_time: 20m
         alertname: SnapserveHighErrorRate
         exp_alerts:
           - exp_labels: {severity: critical, namespace: ns}
+          - exp_labels: {severity: critical, namespace: flood}
 
   - interval: 1m
     input_series:

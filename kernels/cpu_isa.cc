@@ -27,8 +27,12 @@ CpuIsa detect() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
-  if (avx2 && __builtin_cpu_supports("avx512f")) return CpuIsa::kAvx512;
-  if (avx2) return CpuIsa::kAvx2;
+  if (!avx2 || !__builtin_cpu_supports("avx512f")) return avx2 ? CpuIsa::kAvx2 : CpuIsa::kPortable;
+  if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vnni")) {
+    return CpuIsa::kAvx512Vnni;
+  }
+  return CpuIsa::kAvx512;
 #endif
   return CpuIsa::kPortable;
 }
@@ -45,8 +49,11 @@ CpuIsa choose() {
     cap = CpuIsa::kAvx2;
   } else if (want == "avx512") {
     cap = CpuIsa::kAvx512;
+  } else if (want == "avx512vnni") {
+    cap = CpuIsa::kAvx512Vnni;
   } else {
-    TORCH_CHECK(false, "SNAPSERVE_CPU_ISA=", want, ": expected portable, avx2 or avx512");
+    TORCH_CHECK(false, "SNAPSERVE_CPU_ISA=", want,
+                ": expected portable, avx2, avx512 or avx512vnni");
   }
   // A cap above what the CPU has would crash on an illegal instruction.
   return static_cast<int>(cap) < static_cast<int>(supported) ? cap : supported;
@@ -61,6 +68,8 @@ CpuIsa cpu_isa() {
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
+    case CpuIsa::kAvx512Vnni:
+      return "avx512vnni";
     case CpuIsa::kAvx512:
       return "avx512";
     case CpuIsa::kAvx2:

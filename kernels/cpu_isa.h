@@ -1,7 +1,8 @@
 // Which SIMD instruction set the CPU kernels use (linear, SnapKV selection).
 //
 // Chosen once per process: the widest the CPU supports, optionally capped by
-// the environment variable SNAPSERVE_CPU_ISA = portable | avx2 | avx512, so
+// the environment variable SNAPSERVE_CPU_ISA = portable | avx2 | avx512 |
+// avx512vnni, so
 // that tests can run every path on one machine and a deployment can pin one.
 // A kernel's order of floating-point operations depends on this choice, which
 // is why it is made once: every row of every batch then uses the same path.
@@ -13,11 +14,16 @@ enum class CpuIsa {
   kPortable,  // plain C++
   kAvx2,      // AVX2 + FMA + F16C
   kAvx512,    // AVX-512F (+ AVX2 + FMA + F16C)
+  // AVX-512F/BW/VL with VNNI (vpdpbusd: u8 x s8 quads summed into int32),
+  // Ice Lake and Zen 4 on: the integer block dot of kernels/quant_dot.h.
+  kAvx512Vnni,
 };
+// Levels are ordered: each has every instruction of the ones before it, so
+// `cpu_isa() >= CpuIsa::kAvx512` asks "may this run the AVX-512F path".
 
 CpuIsa cpu_isa();
 
-// "portable", "avx2" or "avx512".
+// "portable", "avx2", "avx512" or "avx512vnni".
 const char* cpu_isa_name(CpuIsa isa);
 
 }  // namespace snapserve::kernels

@@ -43,14 +43,18 @@ void check_activations(const at::Tensor& x) {
 
 // Integer block dot products (quant_dot.h), parallel over tiles of weight rows.
 void int8_linear(const at::Tensor& x, const QuantMatrix& w, at::Tensor& out) {
-  const cpu::QuantizedRows xq = cpu::quantize_rows(x.const_data_ptr<float>(), x.size(0), x.size(1));
+  cpu::QuantizedRows xq = cpu::quantize_rows(x.const_data_ptr<float>(), x.size(0), x.size(1));
   float* dst = out.data_ptr<float>();
-  const bool simd = cpu_isa() != CpuIsa::kPortable;
+  const CpuIsa isa = cpu_isa();
+  if (isa >= CpuIsa::kAvx512Vnni) cpu::arrange_for_vnni(xq);
   // ~64K multiply-adds per task, as the float32 kernel.
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, w.cols * xq.m));
   at::parallel_for(0, w.rows, grain, [&](int64_t begin, int64_t end) {
-    if (simd && cpu::int8_dot_avx2(w, xq, begin, end, dst, w.rows)) return;
+    if (isa >= CpuIsa::kAvx512Vnni && cpu::int8_dot_avx512vnni(w, xq, begin, end, dst, w.rows)) {
+      return;
+    }
+    if (isa >= CpuIsa::kAvx2 && cpu::int8_dot_avx2(w, xq, begin, end, dst, w.rows)) return;
     cpu::int8_dot_portable(w, xq, begin, end, dst, w.rows);
   });
 }

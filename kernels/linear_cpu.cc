@@ -171,7 +171,7 @@ void run_columns(const Problem& p, const WeightRows& w, int64_t n_begin, int64_t
     if (fused && tile_quant_fused_avx2(p, *w.quant, n0, rows)) continue;
     const float* wr[kTile] = {};
     for (int64_t r = 0; r < rows; ++r) wr[r] = w.row(n0 + r, scratch + r * p.k);
-    if (isa == CpuIsa::kAvx512) {
+    if (isa >= CpuIsa::kAvx512) {
       // float32 rows kPrefetchTiles ahead in this range, for the kernel to
       // prefetch (other formats are decoded into scratch on demand instead).
       const int64_t ahead = n0 + kPrefetchTiles * kTile;

@@ -43,17 +43,34 @@ struct QuantizedRows {
   std::vector<int8_t> q;             // [m, k]
   std::vector<float> d;              // [m, blocks] scale: max|x| / 127
   std::vector<float> s;              // [m, blocks] d * sum(q): for the offset term
+  // The same q for the AVX-512 VNNI path, filled by arrange_for_vnni: per row,
+  // per group of eight blocks (the last one zero-padded), four 64-byte pairs;
+  // pair p holds blocks 8g + p and 8g + p + 4 as their elements 0..15, 0..15,
+  // 16..31, 16..31 (the order in which that path unpacks two weight blocks
+  // into one register). vnni_sums: each block's integer sum(q), 0 past the
+  // row, eight per group (the path's bias correction).
+  int64_t vnni_groups = 0;
+  std::vector<int8_t> vnni_q;      // [m, vnni_groups, 256]
+  std::vector<int32_t> vnni_sums;  // [m, vnni_groups, 8]
 };
 
 // x [m, k] contiguous float32, k a multiple of 32.
 QuantizedRows quantize_rows(const float* x, int64_t m, int64_t k);
 
+// Fills xq's vnni_* fields from its q (once per linear call, before the
+// parallel rows).
+void arrange_for_vnni(QuantizedRows& xq);
+
 // out[i * n_total + r] for weight rows [r_begin, r_end) of w and every row of
-// xq. Portable and AVX2 (returns false when it cannot: no AVX2 build).
+// xq. Portable, AVX2 and AVX-512 VNNI (the SIMD ones return false when they
+// cannot: not an x86-64 build, a type without an int8 dot, or for VNNI rows
+// not arranged_for_vnni).
 void int8_dot_portable(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
                        int64_t r_end, float* out, int64_t n_total);
 bool int8_dot_avx2(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin, int64_t r_end,
                    float* out, int64_t n_total);
+bool int8_dot_avx512vnni(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
+                         int64_t r_end, float* out, int64_t n_total);
 
 }  // namespace cpu
 }  // namespace snapserve::kernels

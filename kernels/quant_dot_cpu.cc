@@ -58,6 +58,27 @@ QuantizedRows quantize_rows(const float* x, int64_t m, int64_t k) {
   return r;
 }
 
+void arrange_for_vnni(QuantizedRows& xq) {
+  constexpr int64_t kGroup = 8, kHalf = kDotBlock / 2;
+  xq.vnni_groups = (xq.blocks + kGroup - 1) / kGroup;
+  xq.vnni_q.assign(static_cast<size_t>(xq.m * xq.vnni_groups * kGroup * kDotBlock), 0);
+  xq.vnni_sums.assign(static_cast<size_t>(xq.m * xq.vnni_groups * kGroup), 0);
+  for (int64_t i = 0; i < xq.m; ++i) {
+    for (int64_t b = 0; b < xq.blocks; ++b) {
+      const int8_t* src = xq.q.data() + (i * xq.blocks + b) * kDotBlock;
+      const int64_t g = b / kGroup, within = b % kGroup, pair = within % 4;
+      // Block `within` < 4 is the pair's first block, else its second.
+      int8_t* dst = xq.vnni_q.data() + ((i * xq.vnni_groups + g) * 4 + pair) * 2 * kDotBlock +
+                    (within < 4 ? 0 : kHalf);
+      std::memcpy(dst, src, kHalf);
+      std::memcpy(dst + kDotBlock, src + kHalf, kHalf);
+      int sum = 0;
+      for (int64_t j = 0; j < kDotBlock; ++j) sum += src[j];
+      xq.vnni_sums[static_cast<size_t>((i * xq.vnni_groups + g) * kGroup + within)] = sum;
+    }
+  }
+}
+
 void int8_dot_portable(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
                        int64_t r_end, float* out, int64_t n_total) {
   const int64_t blocks = xq.blocks;

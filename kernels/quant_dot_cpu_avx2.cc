@@ -14,14 +14,12 @@
 
 #include <algorithm>
 
+#include "kernels/quant_dot_cpu_avx2_scales.h"
 #include "kernels/simd_sums.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
-
-// F16C: the block scales are halves (every AVX2 path of cpu_isa.h has it).
-#define SNAPSERVE_AVX2_INT __attribute__((target("avx2,f16c")))
 
 // 0xFF in byte j where bit j of `bits` is set.
 SNAPSERVE_AVX2_INT inline __m256i bit_bytes(uint32_t bits) {
@@ -64,10 +62,6 @@ SNAPSERVE_AVX2_INT inline __m256i block_ints(const uint8_t* b) {
   }
 }
 
-template <QuantType kType>
-constexpr bool kSignedInts =
-    kType == QuantType::kQ8_0 || kType == QuantType::kQ4_0 || kType == QuantType::kQ5_0;
-
 // The 8 int32 partial sums (elements 4l..4l+3) of one block's products with
 // 32 int8 activations: maddubs (u8 x s8 -> pairs) then madd (pairs -> quads).
 // No sum can saturate: |w| <= 128 and |x| <= 127.
@@ -91,63 +85,6 @@ SNAPSERVE_AVX2_INT inline __m256i totals_of_8(const __m256i* s) {
   const __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
   return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
                           _mm256_permute2x128_si256(h0123, h4567, 0x31));
-}
-
-template <QuantType kType>
-constexpr int kBlockBytes = kType == QuantType::kQ8_0   ? 34
-                            : kType == QuantType::kQ4_0 ? 18
-                            : kType == QuantType::kQ4_1 ? 20
-                            : kType == QuantType::kQ5_0 ? 22
-                                                        : 24;
-
-// All lanes (count 8) or the first `count` lanes, as a mask vector.
-SNAPSERVE_AVX2_INT inline __m256i first_lanes(int64_t count) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// The half-precision d (first two bytes) and m (next two; unused by the
-// signed types) of `count` <= 8 consecutive blocks at `first`, as floats
-// (0 in the lanes past count): one gather of each block's first 4 bytes,
-// the halves split apart and converted exactly.
-template <QuantType kType, bool kPartial>
-SNAPSERVE_AVX2_INT inline void block_scales8(const uint8_t* first, int64_t count, __m256* d,
-                                             __m256* m) {
-  constexpr int kB = kBlockBytes<kType>;
-  const __m256i offsets = _mm256_setr_epi32(0, kB, 2 * kB, 3 * kB, 4 * kB, 5 * kB, 6 * kB, 7 * kB);
-  const int* base = reinterpret_cast<const int*>(first);
-  const __m256i heads = kPartial ? _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), base,
-                                                               offsets, first_lanes(count), 1)
-                                 : _mm256_i32gather_epi32(base, offsets, 1);
-  // Per 128 bits: d0..d3, m0..m3 | d4..d7, m4..m7; then d0..d7 | m0..m7.
-  const __m256i halves = _mm256_permute4x64_epi64(
-      _mm256_packus_epi32(_mm256_and_si256(heads, _mm256_set1_epi32(0xFFFF)),
-                          _mm256_srli_epi32(heads, 16)),
-      0xD8);
-  *d = _mm256_cvtph_ps(_mm256_castsi256_si128(halves));
-  *m = _mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1));
-}
-
-// 8 floats at p, or the first `count` (0 past them).
-template <bool kPartial>
-SNAPSERVE_AVX2_INT inline __m256 load8(const float* p, int64_t count) {
-  return kPartial ? _mm256_maskload_ps(p, first_lanes(count)) : _mm256_loadu_ps(p);
-}
-
-// Adds blocks [b, b + count) (count = 8, or fewer when kPartial: the last
-// blocks of a row) of one weight row against one activation row to `acc`,
-// lane k taking block b + k. The lanes past count get (0 * 0) * 0 (+ 0 * 0):
-// adding +0 leaves every float32 bit as it was (a lane that starts at +0 can
-// never become -0), so they match the portable path, which adds nothing.
-template <QuantType kType, bool kPartial>
-SNAPSERVE_AVX2_INT inline __m256 add_blocks(__m256 acc, const __m256i* products, __m256 d, __m256 m,
-                                            const float* dx, const float* sx, int64_t count) {
-  acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, load8<kPartial>(dx, count)),
-                                         _mm256_cvtepi32_ps(totals_of_8(products))));
-  if constexpr (!kSignedInts<kType>) {
-    acc = _mm256_add_ps(acc, _mm256_mul_ps(m, load8<kPartial>(sx, count)));
-  }
-  return acc;
 }
 
 // Activation rows that share one unpacked weight block (their accumulators
@@ -174,8 +111,9 @@ SNAPSERVE_AVX2_INT inline void blocks_step(const uint8_t* wrow, const QuantizedR
                  : block_products<kType>(block_ints<kType>(wrow + (b + k) * kB), x + k * kDotBlock);
     }
     block_scales8<kType, kPartial>(wrow + b * kB, count, &d, &m);
-    acc[0] = add_blocks<kType, kPartial>(acc[0], p, d, m, xq.d.data() + i0 * blocks + b,
-                                         xq.s.data() + i0 * blocks + b, count);
+    acc[0] = add_block_totals<kType, kPartial>(acc[0], totals_of_8(p), d, m,
+                                               xq.d.data() + i0 * blocks + b,
+                                               xq.s.data() + i0 * blocks + b, count);
     return;
   }
   block_scales8<kType, kPartial>(wrow + b * kB, count, &d, &m);
@@ -190,8 +128,8 @@ SNAPSERVE_AVX2_INT inline void blocks_step(const uint8_t* wrow, const QuantizedR
     __m256i p[8];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) p[k] = block_products<kType>(w[k], x + k * kDotBlock);
-    acc[i] = add_blocks<kType, kPartial>(acc[i], p, d, m, xq.d.data() + row + b,
-                                         xq.s.data() + row + b, count);
+    acc[i] = add_block_totals<kType, kPartial>(acc[i], totals_of_8(p), d, m, xq.d.data() + row + b,
+                                               xq.s.data() + row + b, count);
   }
 }
 

@@ -14,8 +14,10 @@ namespace {
 CpuIsa Supported() {
 #if defined(__x86_64__)
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2 && __builtin_cpu_supports("avx512f")) return CpuIsa::kAvx512;
-  if (avx2) return CpuIsa::kAvx2;
+  if (!avx2 || !__builtin_cpu_supports("avx512f")) return avx2 ? CpuIsa::kAvx2 : CpuIsa::kPortable;
+  const bool vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("avx512vnni");
+  return vnni ? CpuIsa::kAvx512Vnni : CpuIsa::kAvx512;
 #endif
   return CpuIsa::kPortable;
 }
@@ -31,7 +33,8 @@ TEST(CpuIsa, WidestSupportedUnderTheEnvironmentCap) {
   // The cap is honoured where the CPU has it; never above what the CPU has.
   EXPECT_LE(static_cast<int>(cpu_isa()), static_cast<int>(supported));
   if (cap == "portable" || (cap == "avx2" && supported != CpuIsa::kPortable) ||
-      (cap == "avx512" && supported == CpuIsa::kAvx512)) {
+      (cap == "avx512" && supported >= CpuIsa::kAvx512) ||
+      (cap == "avx512vnni" && supported == CpuIsa::kAvx512Vnni)) {
     EXPECT_EQ(std::string(cpu_isa_name(cpu_isa())), cap);
   }
 }
@@ -40,6 +43,7 @@ TEST(CpuIsa, Names) {
   EXPECT_STREQ(cpu_isa_name(CpuIsa::kPortable), "portable");
   EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx2), "avx2");
   EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx512), "avx512");
+  EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx512Vnni), "avx512vnni");
 }
 
 }  // namespace

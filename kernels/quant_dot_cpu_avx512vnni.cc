@@ -101,54 +101,63 @@ SNAPSERVE_VNNI inline __m256i totals_of_pairs(const __m512i* p) {
 // stack between steps, as on the AVX2 path).
 constexpr int64_t kSharedRows = 8;
 
+// One eight-block step (blocks [b, b + 8) of group g; kPartial: the row's
+// last `count` < 8 blocks) of one weight row, unpacked once, against
+// activation rows i0 .. i0 + rows - 1, added to acc[0 .. rows).
+template <QuantType kType, int64_t kMaxRows, bool kPartial>
+[[gnu::always_inline]] SNAPSERVE_VNNI inline void blocks_step(const uint8_t* wrow, const QuantizedRows& xq, int64_t i0,
+                                       int64_t rows, int64_t b, int64_t g, int64_t count,
+                                       __m256* acc) {
+  constexpr int64_t kB = kBlockBytes<kType>;
+  const uint8_t* first = wrow + b * kB;
+  // In the partial step, pairs whose first block is past the row hold
+  // nothing (a 576-wide row's last step has 2 blocks: one pair of four).
+  const int64_t pairs = kPartial ? std::min<int64_t>(4, count) : 4;
+  const auto block = [&](int64_t j) {
+    return !kPartial || j < count ? first + j * kB : kZeroBlock;
+  };
+  __m512i w[4];
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {
+    w[p] = p < pairs ? pair_ints<kType>(block(p), block(p + 4)) : _mm512_setzero_si512();
+  }
+  __m256 d, m;
+  block_scales8<kType, kPartial>(first, count, &d, &m);
+  for (int64_t i = 0; i < (kMaxRows == 1 ? 1 : rows); ++i) {
+    const int64_t row = i0 + i;
+    const int8_t* x = xq.vnni_q.data() + (row * xq.vnni_groups + g) * 256;
+    __m512i p[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      p[j] = j < pairs
+                 ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j], _mm512_loadu_si512(x + j * 64))
+                 : _mm512_setzero_si512();
+    }
+    __m256i totals = totals_of_pairs(p);
+    if constexpr (kBiasShift<kType> >= 0) {
+      const __m256i sums = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(xq.vnni_sums.data() + (row * xq.vnni_groups + g) * 8));
+      totals = _mm256_sub_epi32(totals, _mm256_slli_epi32(sums, kBiasShift<kType>));
+    }
+    acc[i] =
+        add_block_totals<kType, kPartial>(acc[i], totals, d, m, xq.d.data() + row * xq.blocks + b,
+                                          xq.s.data() + row * xq.blocks + b, count);
+  }
+}
+
 // One weight row against activation rows i0 .. i0 + rows - 1 (rows <=
-// kMaxRows), eight blocks per step; results to out[(i0 + i) * n_total].
+// kMaxRows); results to out[(i0 + i) * n_total].
 template <QuantType kType, int64_t kMaxRows>
 SNAPSERVE_VNNI void row_dot(const uint8_t* wrow, const QuantizedRows& xq, int64_t i0, int64_t rows,
                             float* out, int64_t n_total) {
-  constexpr int64_t kB = kBlockBytes<kType>;
   const int64_t blocks = xq.blocks;
   __m256 acc[kMaxRows];
   for (int64_t i = 0; i < kMaxRows; ++i) acc[i] = _mm256_setzero_ps();
-  const auto block = [&](int64_t j) { return j < blocks ? wrow + j * kB : kZeroBlock; };
-  for (int64_t b = 0, g = 0; b < blocks; b += 8, ++g) {
-    const int64_t count = std::min<int64_t>(8, blocks - b);
-    // Pairs whose first block is past the row hold nothing (the last step of
-    // a 576-wide row has 2 blocks: one pair of its four is worked).
-    const int64_t pairs = std::min<int64_t>(4, count);
-    __m512i w[4];
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      w[p] = p < pairs ? pair_ints<kType>(block(b + p), block(b + p + 4)) : _mm512_setzero_si512();
-    }
-    __m256 d, m;
-    if (count == 8) {
-      block_scales8<kType, false>(wrow + b * kB, 8, &d, &m);
-    } else {
-      block_scales8<kType, true>(wrow + b * kB, count, &d, &m);
-    }
-    for (int64_t i = 0; i < (kMaxRows == 1 ? 1 : rows); ++i) {
-      const int64_t row = i0 + i;
-      const int8_t* x = xq.vnni_q.data() + (row * xq.vnni_groups + g) * 256;
-      __m512i p[4];
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        p[j] = j < pairs ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j],
-                                               _mm512_loadu_si512(x + j * 64))
-                         : _mm512_setzero_si512();
-      }
-      __m256i totals = totals_of_pairs(p);
-      if constexpr (kBiasShift<kType> >= 0) {
-        const __m256i sums = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(xq.vnni_sums.data() + (row * xq.vnni_groups + g) * 8));
-        totals = _mm256_sub_epi32(totals, _mm256_slli_epi32(sums, kBiasShift<kType>));
-      }
-      const float* dx = xq.d.data() + row * blocks + b;
-      const float* sx = xq.s.data() + row * blocks + b;
-      acc[i] = count == 8 ? add_block_totals<kType, false>(acc[i], totals, d, m, dx, sx, 8)
-                          : add_block_totals<kType, true>(acc[i], totals, d, m, dx, sx, count);
-    }
+  int64_t b = 0, g = 0;
+  for (; b + 8 <= blocks; b += 8, ++g) {
+    blocks_step<kType, kMaxRows, false>(wrow, xq, i0, rows, b, g, 8, acc);
   }
+  if (b < blocks) blocks_step<kType, kMaxRows, true>(wrow, xq, i0, rows, b, g, blocks - b, acc);
   for (int64_t i = 0; i < (kMaxRows == 1 ? 1 : rows); ++i) {
     out[(i0 + i) * n_total] = simd::lane_sum_avx2(acc[i]);
   }

@@ -12,6 +12,7 @@ tests/python/conftest.py and bench/common.py put it there before importing:
            in a child process;
 * server:  free_port() and SnapserveProcess, a real `snapserve` child process on
            free loopback ports;
+* calls:   wait_for(), stream_all() and check_serves() around gRPC calls;
 * metrics: scrape() of /metrics and the one parser of its text (parse, value,
            total, types).
 """

@@ -7,6 +7,7 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <thread>
 #include <unordered_set>
 
 #include "engine/common/bounded_text.h"
@@ -118,13 +119,31 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   // Loaders report a bad file as a Status; this catch is the backstop that
   // keeps an exception they missed (std::bad_alloc on a corrupt size, a
   // library's own error type) from ending the process without a word.
-  try {
-    SNAPSERVE_ASSIGN_OR_RETURN(impl->model, model::LoadModel(options.model_path, dtype, device, log,
-                                                             options.quantized_dot));
-    SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));
-  } catch (const std::exception& e) {
-    return Status::Internal(options.model_path + ": loading failed: " + Bounded(e.what(), 1000));
-  }
+  //
+  // The load runs on a thread of its own that ends with it. Loading uses
+  // at::parallel_for, and OpenMP gives every thread that opens a parallel
+  // region a team of workers that lives as long as that thread. A team left
+  // on this (the main) thread beside the scheduler's would make libgomp see
+  // more workers than cores and stop spinning at its barriers: every one of
+  // the ~300 parallel regions of a decode step then put a thread to sleep
+  // and woke it (20K context switches a second, decode at half speed,
+  // docs/quantized-weights.md "OpenMP teams").
+  Status loaded;
+  std::thread loader([&] {
+    loaded = [&]() -> Status {
+      try {
+        SNAPSERVE_ASSIGN_OR_RETURN(impl->model, model::LoadModel(options.model_path, dtype, device,
+                                                                 log, options.quantized_dot));
+        SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));
+      } catch (const std::exception& e) {
+        return Status::Internal(options.model_path +
+                                ": loading failed: " + Bounded(e.what(), 1000));
+      }
+      return Status::Ok();
+    }();
+  });
+  loader.join();
+  if (!loaded.ok()) return loaded;
   const model::ModelConfig& mc = impl->model->config();
 
   // Server defaults must be valid on their own (an empty request takes them all).

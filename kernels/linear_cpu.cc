@@ -165,10 +165,14 @@ SNAPSERVE_AVX2 void tile_avx2(const Problem& p, const float* const* wr, int64_t 
 void run_columns(const Problem& p, const WeightRows& w, int64_t n_begin, int64_t n_end,
                  float* scratch) {
   const CpuIsa isa = cpu_isa();
-  const bool fused = isa == CpuIsa::kAvx2 && w.quant != nullptr && p.m <= kFusedMaxRows;
+  const bool fused = isa >= CpuIsa::kAvx2 && w.quant != nullptr && p.m <= kFusedMaxRows;
   for (int64_t n0 = n_begin; n0 < n_end; n0 += kTile) {
     const int64_t rows = std::min(kTile, n_end - n0);
-    if (fused && tile_quant_fused_avx2(p, *w.quant, n0, rows)) continue;
+    // Each fused kernel gives its own ISA's tile order (batching invariance).
+    if (fused && (isa >= CpuIsa::kAvx512 ? tile_quant_fused_avx512(p, *w.quant, n0, rows)
+                                         : tile_quant_fused_avx2(p, *w.quant, n0, rows))) {
+      continue;
+    }
     const float* wr[kTile] = {};
     for (int64_t r = 0; r < rows; ++r) wr[r] = w.row(n0 + r, scratch + r * p.k);
     if (isa >= CpuIsa::kAvx512) {

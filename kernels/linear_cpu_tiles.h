@@ -40,5 +40,7 @@ void tile_avx512(const Problem& p, const float* const* wr, int64_t rows, int64_t
 // bit (linear_cpu_fused_avx2.cc). False (nothing done) for other types.
 inline constexpr int64_t kFusedMaxRows = 2;
 bool tile_quant_fused_avx2(const Problem& p, const QuantMatrix& w, int64_t n0, int64_t rows);
+// The same with tile_avx512's results (linear_cpu_fused_avx512.cc), AVX-512F.
+bool tile_quant_fused_avx512(const Problem& p, const QuantMatrix& w, int64_t n0, int64_t rows);
 
 }  // namespace snapserve::kernels::cpu

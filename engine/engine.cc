@@ -144,6 +144,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   });
   loader.join();
   if (!loaded.ok()) return loaded;
+  impl->model->set_prefill_gemm(options.prefill_gemm);
   const model::ModelConfig& mc = impl->model->config();
 
   // Server defaults must be valid on their own (an empty request takes them all).

@@ -46,6 +46,16 @@ const char* quant_dot_name(QuantDot dot) {
   return "unknown";
 }
 
+const char* prefill_gemm_name(PrefillGemm gemm) {
+  switch (gemm) {
+    case PrefillGemm::kFloat32:
+      return "float32";
+    case PrefillGemm::kBFloat16:
+      return "bfloat16";
+  }
+  return "unknown";
+}
+
 std::string device_name(const Device& device) {
   if (!device.is_cuda()) return "cpu";
   return device.index < 0 ? "cuda" : "cuda:" + std::to_string(device.index);

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "kernels/prefill_gemm.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/snapkv_select.h"
 
@@ -26,6 +27,7 @@ using KvPooling = kernels::PoolingKind;
 // How decode steps multiply GGUF weights kept in blocks: the kernel's own enum
 // (exact decoding, or int8 block dot products).
 using QuantDot = kernels::QuantDot;
+using PrefillGemm = kernels::PrefillGemm;
 
 // A tensor element type: the model's weights and compute, the KV cache's
 // entries.
@@ -81,7 +83,8 @@ struct KvCompressionOverrides {
 const char* kv_method_name(KvMethod method);
 const char* kv_pooling_name(KvPooling pooling);
 const char* dtype_name(Dtype dtype);
-const char* quant_dot_name(QuantDot dot);  // "exact", "int8"
+const char* quant_dot_name(QuantDot dot);         // "exact", "int8"
+const char* prefill_gemm_name(PrefillGemm gemm);  // "float32", "bfloat16"
 std::string device_name(const Device& device);
 const char* finish_reason_name(FinishReason reason);
 

@@ -20,17 +20,25 @@ namespace {
 // a slice stays in cache between its widening and its use.
 constexpr int64_t kSliceElements = int64_t{1} << 19;
 
-// x · wᵀ through LibTorch's float32 GEMM, the weight rows [r, r + rows) made
-// float32 by `slice(r, rows)` a cache-sized slice at a time.
+// x · wᵀ through LibTorch's GEMM of `gemm`'s precision, the weight rows
+// [r, r + rows) made float32 by `slice(r, rows)` a cache-sized slice at a
+// time (and rounded to bfloat16 for kBFloat16; a bfloat16 weight's slice is
+// taken as it is).
 template <typename Slice>
-at::Tensor linear_large(const at::Tensor& x, int64_t n, int64_t k, const Slice& slice) {
+at::Tensor linear_large(const at::Tensor& x, int64_t n, int64_t k, PrefillGemm gemm,
+                        const Slice& slice) {
   const int64_t m = x.size(0);
+  const bool bf16 = gemm == PrefillGemm::kBFloat16;
+  const at::Tensor xg = bf16 ? x.to(at::kBFloat16) : x;
+  auto product = [&](const at::Tensor& w) {
+    return bf16 ? at::linear(xg, w.to(at::kBFloat16)).to(at::kFloat) : at::linear(xg, w);
+  };
   const int64_t rows_per_slice = std::max<int64_t>(1, kSliceElements / std::max<int64_t>(k, 1));
-  if (rows_per_slice >= n) return at::linear(x, slice(0, n));
+  if (rows_per_slice >= n) return product(slice(0, n));
   at::Tensor out = at::empty({m, n}, x.options());
   for (int64_t r = 0; r < n; r += rows_per_slice) {
     const int64_t rows = std::min(rows_per_slice, n - r);
-    out.narrow(1, r, rows).copy_(at::linear(x, slice(r, rows)));
+    out.narrow(1, r, rows).copy_(product(slice(r, rows)));
   }
   return out;
 }
@@ -61,7 +69,7 @@ void int8_linear(const at::Tensor& x, const QuantMatrix& w, at::Tensor& out) {
 
 }  // namespace
 
-at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w) {
+at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w, PrefillGemm gemm) {
   check_activations(x);
   check_shape(w, "w", {-1, x.size(1)});
   TORCH_CHECK(w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16,
@@ -71,9 +79,13 @@ at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w) {
   const at::Tensor xc = x.contiguous();
   const int64_t n = w.size(0), k = w.size(1);
   if (xc.size(0) > kLinearSmallRows) {
-    if (w.scalar_type() == at::kFloat) return at::linear(xc, w);
-    return linear_large(
-        xc, n, k, [&](int64_t r, int64_t rows) { return w.narrow(0, r, rows).to(at::kFloat); });
+    if (w.scalar_type() == at::kFloat && gemm == PrefillGemm::kFloat32) return at::linear(xc, w);
+    // A bfloat16 slice stays bfloat16 for the bfloat16 GEMM.
+    const at::ScalarType slice_dtype =
+        gemm == PrefillGemm::kBFloat16 ? w.scalar_type() : at::kFloat;
+    return linear_large(xc, n, k, gemm, [&](int64_t r, int64_t rows) {
+      return w.narrow(0, r, rows).to(slice_dtype);
+    });
   }
   at::Tensor out = at::empty({xc.size(0), n}, xc.options());
   cpu::WeightRows rows;
@@ -87,13 +99,14 @@ at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w) {
   return out;
 }
 
-at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w, QuantDot dot) {
+at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w, QuantDot dot,
+                            PrefillGemm gemm) {
   check_activations(x);
   TORCH_CHECK(x.size(1) == w.cols, "x: expected ", w.cols, " columns (the weight's), got ",
               x.size(1));
   const at::Tensor xc = x.contiguous();
   if (xc.size(0) > kLinearSmallRows) {
-    return linear_large(xc, w.rows, w.cols, [&](int64_t r, int64_t rows) {
+    return linear_large(xc, w.rows, w.cols, gemm, [&](int64_t r, int64_t rows) {
       at::Tensor slice = at::empty({rows, w.cols}, at::kFloat);
       float* dst = slice.data_ptr<float>();
       at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {

@@ -11,13 +11,15 @@
 //   (docs/kv-cache-and-scheduling.md, "Batching invariance"), and weights
 //   stream from memory once per call at close to the machine's read bandwidth
 //   (decode is bandwidth bound).
-// - Larger m (prompt prefill) uses LibTorch's float32 GEMM; bfloat16 weights
-//   and quantized weights are decoded for it in cache-sized slices. Those rows come from another
-//   reduction order, which is fine: prefill never mixes sequences.
+// - Larger m (prompt prefill) uses LibTorch's GEMM; bfloat16 weights and
+//   quantized weights are decoded for it in cache-sized slices. Those rows
+//   come from another reduction order, which is fine: prefill never mixes
+//   sequences. PrefillGemm picks that GEMM's precision.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include "kernels/prefill_gemm.h"
 #include "kernels/quant_matrix.h"
 
 namespace snapserve::kernels {
@@ -28,13 +30,15 @@ inline constexpr int64_t kLinearSmallRows = 64;
 // x  [m, K] float32, CPU
 // w  [N, K] float32 or bfloat16, CPU, contiguous (the nn.Linear weight layout)
 // returns [m, N] float32
-at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w);
+at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w,
+                          PrefillGemm gemm = PrefillGemm::kFloat32);
 
 // How decode-sized m multiplies GGUF blocks: QuantDot (quant_blocks.h).
-// Prompt-sized m always decodes slices for the float32 GEMM.
+// Prompt-sized m decodes slices for the GEMM `gemm` picks.
 // The same with w [N, K] kept in GGUF blocks.
 at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w,
-                            QuantDot dot = QuantDot::kExact);
+                            QuantDot dot = QuantDot::kExact,
+                            PrefillGemm gemm = PrefillGemm::kFloat32);
 
 namespace cpu {
 // Where the fixed-order kernel reads weight row r as float32: in place

@@ -171,6 +171,15 @@ const std::vector<FlagSpec>& Flags() {
        [](const ServerConfig& c) {
          return std::string(engine::quant_dot_name(c.engine.quantized_dot));
        }},
+      {"prefill-gemm",
+       "GEMM of prompt chunks (CPU): float32 (the decoded model's numbers) | bfloat16 (inputs "
+       "rounded to bfloat16, float32 accumulation; ~4x faster on AVX512_BF16 CPUs)",
+       [](ServerConfig& c, const std::string& v) {
+         return SetParsed(c.engine.prefill_gemm, ParsePrefillGemm(v));
+       },
+       [](const ServerConfig& c) {
+         return std::string(engine::prefill_gemm_name(c.engine.prefill_gemm));
+       }},
       {"device", "cpu|cuda|cuda:N",
        [](ServerConfig& c, const std::string& v) {
          return SetParsed(c.engine.device, ParseDevice(v));
@@ -354,6 +363,11 @@ StatusOr<engine::Dtype> ParseDtype(const std::string& text) {
 StatusOr<engine::QuantDot> ParseQuantDot(const std::string& text) {
   return ParseNamed(text, {engine::QuantDot::kExact, engine::QuantDot::kInt8},
                     &engine::quant_dot_name);
+}
+
+StatusOr<engine::PrefillGemm> ParsePrefillGemm(const std::string& text) {
+  return ParseNamed(text, {engine::PrefillGemm::kFloat32, engine::PrefillGemm::kBFloat16},
+                    &engine::prefill_gemm_name);
 }
 
 StatusOr<engine::Device> ParseDevice(const std::string& text) {

@@ -63,6 +63,7 @@ StatusOr<engine::KvMethod> ParseKvMethod(const std::string& text);
 StatusOr<engine::KvPooling> ParseKvPooling(const std::string& text);
 StatusOr<engine::Dtype> ParseDtype(const std::string& text);
 StatusOr<engine::QuantDot> ParseQuantDot(const std::string& text);
+StatusOr<engine::PrefillGemm> ParsePrefillGemm(const std::string& text);
 // "cpu", "cuda" or "cuda:N".
 StatusOr<engine::Device> ParseDevice(const std::string& text);
 

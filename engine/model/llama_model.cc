@@ -35,10 +35,12 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
   // GGUF blocks (CPU only): decoded row by row inside the kernel; a matrix of
   // several block types is computed a row group at a time.
   if (w.quantized()) {
-    if (w.parts.size() == 1) return kernels::linear_quantized(x, w.parts[0], quant_dot_);
+    if (w.parts.size() == 1) {
+      return kernels::linear_quantized(x, w.parts[0], quant_dot_, prefill_gemm_);
+    }
     std::vector<at::Tensor> columns;
     for (const kernels::QuantMatrix& part : w.parts) {
-      columns.push_back(kernels::linear_quantized(x, part, quant_dot_));
+      columns.push_back(kernels::linear_quantized(x, part, quant_dot_, prefill_gemm_));
     }
     return at::cat(columns, 1);
   }
@@ -47,7 +49,7 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
   const at::Tensor& d = w.dense;
   if (x.is_cpu() && x.scalar_type() == at::kFloat &&
       (d.scalar_type() == at::kFloat || d.scalar_type() == at::kBFloat16)) {
-    return kernels::linear_float32(x, d);
+    return kernels::linear_float32(x, d, prefill_gemm_);
   }
   return at::linear(x, d);
 }

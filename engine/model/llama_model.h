@@ -77,6 +77,9 @@ class LlamaModel {
   // decoding (the default) or int8 block dot products.
   void set_quant_dot(kernels::QuantDot dot) { quant_dot_ = dot; }
   kernels::QuantDot quant_dot() const { return quant_dot_; }
+  // The GEMM of prompt-sized batches on CPU (kernels/linear.h): float32 (the
+  // default) or bfloat16 inputs with float32 accumulation.
+  void set_prefill_gemm(kernels::PrefillGemm gemm) { prefill_gemm_ = gemm; }
 
   const ModelConfig& config() const { return config_; }
   // Storage dtype of the weights (and of a KV cache made for this model).
@@ -138,6 +141,7 @@ class LlamaModel {
   at::Device device_;
   at::Tensor inv_freq_;  // [head_dim / 2] float32
   kernels::QuantDot quant_dot_ = kernels::QuantDot::kExact;
+  kernels::PrefillGemm prefill_gemm_ = kernels::PrefillGemm::kFloat32;
 };
 
 // Loads a model: a .gguf file, a Hugging Face directory (config.json +

@@ -275,3 +275,28 @@ def test_int8_decode_top1_agreement_with_transformers(torch_ops, mixed_model):
     """The same for --quantized-dot=int8 on the default Q4_1 file."""
     agreement = _decode_agreement(torch_ops, mixed_model, PATHS["int8"])
     assert agreement >= INT8_MIN_AGREEMENT, f"top-1 agreement {agreement:.4f}"
+
+
+# --prefill-gemm=bfloat16 (kernels/prefill_gemm.h): prompt-sized batches
+# round x and the decoded weights to bfloat16 for oneDNN's GEMM, whose
+# outputs are rounded to bfloat16 too. Measured 0.971 on these 2048 tokens
+# (2026-12-02); transformers' own bfloat16 model agrees with its float32 one
+# on 0.972 of the same tokens (tests/python/test_model_parity.py), so this is
+# what computing in bfloat16 costs here: the issue's 98 % bar for bfloat16
+# compute is not met, and the GEMM stays an option (float32 by default).
+BF16_GEMM_MIN_AGREEMENT = 0.96
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mixed_model", ["default"], indirect=True)
+def test_bf16_prefill_gemm_top1_agreement_with_transformers(torch_ops, mixed_model):
+    """Prefill of 2048 tokens of GPL-3 through the bfloat16 GEMM (every
+    linear of the prompt is prompt-sized), against transformers' float32
+    logits of the same file. That the GEMM really changed (the logits are not
+    the float32 path's) guards the test itself."""
+    _, path, _, _, ids, expected = mixed_model
+    got = torch_ops.model_logits(str(path), PATHS["exact"] + ":bf16gemm", ids)
+    float32 = torch_ops.model_logits(str(path), PATHS["exact"], ids)
+    assert (got - float32).abs().max().item() > 1e-3, "the bfloat16 GEMM did not run"
+    agreement = (got.argmax(-1) == expected.argmax(-1)).float().mean().item()
+    assert agreement >= BF16_GEMM_MIN_AGREEMENT, f"top-1 agreement {agreement:.4f}"

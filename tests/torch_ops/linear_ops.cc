@@ -23,6 +23,8 @@ at::Tensor GgufDequantize(const at::Tensor& blocks, int64_t ggml_type, int64_t c
 }
 
 // dot: "exact" or "int8" (kernels/linear.h, QuantDot).
+at::Tensor LinearFloat32(const at::Tensor& x, const at::Tensor& w) { return linear_float32(x, w); }
+
 at::Tensor LinearQuantized(const at::Tensor& x, const at::Tensor& blocks, int64_t ggml_type,
                            int64_t cols, const std::string& dot) {
   TORCH_CHECK(dot == "exact" || dot == "int8", "dot: expected exact or int8, got ", dot);
@@ -35,7 +37,7 @@ at::Tensor LinearQuantized(const at::Tensor& x, const at::Tensor& blocks, int64_
 }  // namespace snapserve::kernels
 
 TORCH_LIBRARY_FRAGMENT(snapserve, m) {
-  m.def("linear_float32(Tensor x, Tensor w) -> Tensor", &snapserve::kernels::linear_float32);
+  m.def("linear_float32(Tensor x, Tensor w) -> Tensor", &snapserve::kernels::LinearFloat32);
   m.def("gguf_dequantize(Tensor blocks, int ggml_type, int cols) -> Tensor",
         &snapserve::kernels::GgufDequantize);
   m.def("linear_quantized(Tensor x, Tensor blocks, int ggml_type, int cols, str dot) -> Tensor",

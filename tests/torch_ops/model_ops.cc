@@ -17,8 +17,9 @@
 namespace snapserve::model {
 namespace {
 
-// "float32", "bfloat16", "float16"; a suffix ":int8" selects the int8 block
-// dot product for GGUF blocks (kernels/linear.h), else exact decoding.
+// "float32", "bfloat16", "float16"; suffixes ":int8" (the int8 block dot
+// product for GGUF blocks, else exact decoding) and ":bf16gemm" (the
+// bfloat16 prefill GEMM), in that order when both (kernels/linear.h).
 at::ScalarType ParseDtype(std::string s) {
   if (const auto colon = s.find(':'); colon != std::string::npos) s.resize(colon);
   if (s == "float32") return at::kFloat;
@@ -35,10 +36,12 @@ LlamaModel& GetModel(const std::string& path, const std::string& dtype, const st
   auto key = std::make_tuple(path, dtype, device);
   auto it = cache.find(key);
   if (it == cache.end()) {
-    const bool int8 = dtype.size() > 5 && dtype.compare(dtype.size() - 5, 5, ":int8") == 0;
+    const bool int8 = dtype.find(":int8") != std::string::npos;
+    const bool bf16_gemm = dtype.find(":bf16gemm") != std::string::npos;
     auto m = LoadModel(path, ParseDtype(dtype), at::Device(device), LogToStderr,
                        int8 ? kernels::QuantDot::kInt8 : kernels::QuantDot::kExact);
     TORCH_CHECK(m.ok(), m.status().ToString());
+    if (bf16_gemm) m.value()->set_prefill_gemm(kernels::PrefillGemm::kBFloat16);
     it = cache.emplace(key, std::move(m).value()).first;
   }
   return *it->second;

@@ -107,6 +107,11 @@ TEST(ServerConfigTest, EveryQuantizedDotName) {
   ParseResult bad = Parse({"--quantized-dot=fast"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.message, "--quantized-dot: expected one of exact|int8, got 'fast'");
+  EXPECT_EQ(Parse({}).config.engine.prefill_gemm, engine::PrefillGemm::kFloat32);
+  EXPECT_EQ(Parse({"--prefill-gemm=bfloat16"}).config.engine.prefill_gemm,
+            engine::PrefillGemm::kBFloat16);
+  ParseResult bad_gemm = Parse({"--prefill-gemm=int4"});
+  EXPECT_EQ(bad_gemm.message, "--prefill-gemm: expected one of float32|bfloat16, got 'int4'");
 }
 
 TEST(ServerConfigTest, EveryDeviceForm) {

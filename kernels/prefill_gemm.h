@@ -1,0 +1,20 @@
+// The precision of the CPU linear's GEMM at prompt-sized m (kernels/linear.h).
+// A header of its own, without LibTorch, because the server's configuration
+// (engine/engine_types.h) names it.
+#pragma once
+
+namespace snapserve::kernels {
+
+// The GEMM of prompt-sized m (more than kLinearSmallRows rows).
+enum class PrefillGemm {
+  // float32 inputs and products (MKL's sgemm): the decoded model's numbers.
+  kFloat32,
+  // x and the weight slices rounded to bfloat16, products accumulated in
+  // float32 by oneDNN, the result rounded to bfloat16 and widened back. On
+  // a CPU with AVX512_BF16 about 4x the float32 GEMM's speed (2,048 x 576 x
+  // 1,536: 755 against 170 GFLOP/s on two Zen cores, whose MKL sgemm takes
+  // its AVX2 path); elsewhere oneDNN emulates it, slower than float32.
+  kBFloat16,
+};
+
+}  // namespace snapserve::kernels

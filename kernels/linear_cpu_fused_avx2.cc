@@ -13,6 +13,7 @@
 // same order (8 lanes over K ascending, then simd::lane_sum_avx2) as
 // tile_avx2. So a row's result is the same bits whichever path computed it,
 // and batching invariance holds across m.
+#include "kernels/legacy_type_dispatch.h"
 #include "kernels/linear_cpu_tiles.h"
 #include "kernels/quant_matrix.h"
 
@@ -134,19 +135,8 @@ SNAPSERVE_FUSED void tile(const Problem& p, const QuantMatrix& w, int64_t n0, in
 }  // namespace
 
 bool tile_quant_fused_avx2(const Problem& p, const QuantMatrix& w, int64_t n0, int64_t rows) {
-  switch (w.type) {
-    case QuantType::kQ4_0:
-      tile<QuantType::kQ4_0>(p, w, n0, rows);
-      return true;
-    case QuantType::kQ4_1:
-      tile<QuantType::kQ4_1>(p, w, n0, rows);
-      return true;
-    case QuantType::kQ8_0:
-      tile<QuantType::kQ8_0>(p, w, n0, rows);
-      return true;
-    default:
-      return false;
-  }
+  return with_legacy_type<kFusedDecodeTypes>(
+      w.type, [&]<QuantType kType>() { tile<kType>(p, w, n0, rows); });
 }
 
 }  // namespace snapserve::kernels::cpu

@@ -9,6 +9,7 @@
 // lane l holds j = l (mod 16) over K ascending, then simd::lane_sum_avx512.
 // So a row's result is the same bits as the scratch-buffer path gives it at
 // any batch size.
+#include "kernels/legacy_type_dispatch.h"
 #include "kernels/linear_cpu_tiles.h"
 #include "kernels/quant_matrix.h"
 
@@ -137,19 +138,8 @@ SNAPSERVE_FUSED512 void tile(const Problem& p, const QuantMatrix& w, int64_t n0,
 }  // namespace
 
 bool tile_quant_fused_avx512(const Problem& p, const QuantMatrix& w, int64_t n0, int64_t rows) {
-  switch (w.type) {
-    case QuantType::kQ4_0:
-      tile<QuantType::kQ4_0>(p, w, n0, rows);
-      return true;
-    case QuantType::kQ4_1:
-      tile<QuantType::kQ4_1>(p, w, n0, rows);
-      return true;
-    case QuantType::kQ8_0:
-      tile<QuantType::kQ8_0>(p, w, n0, rows);
-      return true;
-    default:
-      return false;
-  }
+  return with_legacy_type<kFusedDecodeTypes>(
+      w.type, [&]<QuantType kType>() { tile<kType>(p, w, n0, rows); });
 }
 
 }  // namespace snapserve::kernels::cpu

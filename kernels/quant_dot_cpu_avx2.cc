@@ -6,6 +6,7 @@
 // multiply-then-add (this file is compiled with -ffp-contract=off and its
 // target has no "fma"). The scales of the eight blocks come in with one
 // gather. Up to eight activation rows share each unpacked block.
+#include "kernels/legacy_type_dispatch.h"
 #include "kernels/quant_dot.h"
 #include "kernels/quant_dot_cpu_block.h"
 
@@ -172,25 +173,8 @@ SNAPSERVE_AVX2_INT void rows_dot(const QuantMatrix& w, const QuantizedRows& xq, 
 
 bool int8_dot_avx2(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin, int64_t r_end,
                    float* out, int64_t n_total) {
-  switch (w.type) {
-    case QuantType::kQ8_0:
-      rows_dot<QuantType::kQ8_0>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ4_0:
-      rows_dot<QuantType::kQ4_0>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ4_1:
-      rows_dot<QuantType::kQ4_1>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ5_0:
-      rows_dot<QuantType::kQ5_0>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ5_1:
-      rows_dot<QuantType::kQ5_1>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    default:
-      return false;
-  }
+  return with_legacy_type<kAllLegacyTypes>(
+      w.type, [&]<QuantType kType>() { rows_dot<kType>(w, xq, r_begin, r_end, out, n_total); });
 }
 
 }  // namespace snapserve::kernels::cpu

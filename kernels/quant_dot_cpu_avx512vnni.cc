@@ -9,6 +9,7 @@
 // totals then take the same float steps as on the AVX2 path
 // (quant_dot_cpu_avx2_scales.h), so every output equals the portable one bit
 // for bit; only the integer work, exact in any order, is done differently.
+#include "kernels/legacy_type_dispatch.h"
 #include "kernels/quant_dot.h"
 #include "kernels/quant_dot_cpu_block.h"
 
@@ -105,9 +106,10 @@ constexpr int64_t kSharedRows = 8;
 // last `count` < 8 blocks) of one weight row, unpacked once, against
 // activation rows i0 .. i0 + rows - 1, added to acc[0 .. rows).
 template <QuantType kType, int64_t kMaxRows, bool kPartial>
-[[gnu::always_inline]] SNAPSERVE_VNNI inline void blocks_step(const uint8_t* wrow, const QuantizedRows& xq, int64_t i0,
-                                       int64_t rows, int64_t b, int64_t g, int64_t count,
-                                       __m256* acc) {
+[[gnu::always_inline]] SNAPSERVE_VNNI inline void blocks_step(const uint8_t* wrow,
+                                                              const QuantizedRows& xq, int64_t i0,
+                                                              int64_t rows, int64_t b, int64_t g,
+                                                              int64_t count, __m256* acc) {
   constexpr int64_t kB = kBlockBytes<kType>;
   const uint8_t* first = wrow + b * kB;
   // In the partial step, pairs whose first block is past the row hold
@@ -183,25 +185,8 @@ SNAPSERVE_VNNI void rows_dot(const QuantMatrix& w, const QuantizedRows& xq, int6
 bool int8_dot_avx512vnni(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
                          int64_t r_end, float* out, int64_t n_total) {
   if (xq.vnni_groups * 8 * kDotBlock < xq.k) return false;  // not arranged_for_vnni
-  switch (w.type) {
-    case QuantType::kQ8_0:
-      rows_dot<QuantType::kQ8_0>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ4_0:
-      rows_dot<QuantType::kQ4_0>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ4_1:
-      rows_dot<QuantType::kQ4_1>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ5_0:
-      rows_dot<QuantType::kQ5_0>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    case QuantType::kQ5_1:
-      rows_dot<QuantType::kQ5_1>(w, xq, r_begin, r_end, out, n_total);
-      return true;
-    default:
-      return false;
-  }
+  return with_legacy_type<kAllLegacyTypes>(
+      w.type, [&]<QuantType kType>() { rows_dot<kType>(w, xq, r_begin, r_end, out, n_total); });
 }
 
 }  // namespace snapserve::kernels::cpu

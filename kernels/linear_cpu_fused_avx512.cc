@@ -52,8 +52,8 @@ SNAPSERVE_FUSED512 inline void block_values(const uint8_t* b, __m512 v[2]) {
     const __m512 d = _mm512_set1_ps(half_at(b));
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m512i q =
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * h)));
+      const __m512i q = _mm512_cvtepi8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + int64_t{16} * h)));
       v[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
     }
   } else {
@@ -91,12 +91,12 @@ SNAPSERVE_FUSED512 inline void rows_dot(const uint8_t* const* wr, int64_t blocks
       block_values<kType>(wr[r] + blk * kBytes, v);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(xab + 16 * h), v[h], a[r]);
+        a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(xab + int64_t{16} * h), v[h], a[r]);
       }
       if constexpr (kPair) {
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
-          c[r] = _mm512_fmadd_ps(_mm512_loadu_ps(xbb + 16 * h), v[h], c[r]);
+          c[r] = _mm512_fmadd_ps(_mm512_loadu_ps(xbb + int64_t{16} * h), v[h], c[r]);
         }
       }
     }

@@ -131,9 +131,9 @@ template <QuantType kType, int64_t kMaxRows, bool kPartial>
     __m512i p[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-      p[j] = j < pairs
-                 ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j], _mm512_loadu_si512(x + j * 64))
-                 : _mm512_setzero_si512();
+      p[j] = j < pairs ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j],
+                                             _mm512_loadu_si512(x + int64_t{64} * j))
+                       : _mm512_setzero_si512();
     }
     __m256i totals = totals_of_pairs(p);
     if constexpr (kBiasShift<kType> >= 0) {

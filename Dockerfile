@@ -7,6 +7,16 @@
 #   docker build -t snapserve:dev .                        # model mounted at /models
 #   docker build -t snapserve:dev --build-arg BAKE_MODEL=1 .  # model baked into /models
 #
+# Two bases, chosen by build arguments (README, "Container image"):
+#  - production (default): NVIDIA's CUDA devel image to build, its runtime image to run;
+#  - CPU: a plain Debian 12 image for both stages, e.g. the one `make image` makes
+#    with mmdebstrap (scripts/image.sh), for machines that cannot pull from other
+#    registries or have no GPU:
+#      --build-arg BUILDER_IMAGE=localhost/snapserve-base:bookworm
+#      --build-arg RUNTIME_IMAGE=localhost/snapserve-base:bookworm
+#    With no nvcc in the builder, CMake builds without the CUDA kernels
+#    (SNAPSERVE_WITH_CUDA=AUTO) and the server runs on the CPU.
+#
 # Why both stages use /opt/snapserve: the binary finds LibTorch (.venv/.../torch/lib)
 # and prometheus-cpp (.deps/prometheus-cpp) through an absolute RPATH written at link
 # time (README "Binaries find every shared library ... through RPATH"). Copying them to
@@ -17,9 +27,11 @@
 
 ARG CUDA_VERSION=13.0.2
 ARG UBUNTU=ubuntu24.04
+ARG BUILDER_IMAGE=nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU}
+ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}
 
 ############################ builder ############################
-FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS builder
+FROM ${BUILDER_IMAGE} AS builder
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
@@ -38,7 +50,12 @@ RUN apt-get update -q \
 # into the final image with BAKE_MODEL=1.
 COPY scripts/setup.sh scripts/setup.sh
 COPY requirements.txt requirements-test.txt ./
-RUN bash scripts/setup.sh all && rm -rf /var/lib/apt/lists/* /root/.cache/pip
+# EXTRA_CA_CERTS: a CA bundle for pip on networks whose egress re-signs TLS (a
+# path inside the build, bound in by the builder, never copied into a layer:
+# scripts/image.sh passes the host's PIP_CERT this way).
+ARG EXTRA_CA_CERTS=""
+RUN if [ -n "${EXTRA_CA_CERTS}" ]; then export PIP_CERT="${EXTRA_CA_CERTS}"; fi \
+ && bash scripts/setup.sh all && rm -rf /var/lib/apt/lists/* /root/.cache/pip
 
 # Then the sources and the same `make build` as everywhere else. The CUDA kernels
 # are compiled for the GPUs the EKS overlay schedules on: A100 (80), A10G (86),
@@ -80,7 +97,7 @@ RUN set -eux; \
     if [ "${BAKE_MODEL}" = "1" ]; then cp models/SmolLM2-135M-Instruct.Q4_1.gguf /stage/models/; fi
 
 ############################ runtime ############################
-FROM nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU} AS runtime
+FROM ${RUNTIME_IMAGE} AS runtime
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /opt/snapserve
@@ -88,9 +105,10 @@ WORKDIR /opt/snapserve
 COPY --from=builder /stage/ /
 
 # The binary's RPATH names /usr/local/cuda/lib (the devel image's layout); point it at
-# the runtime image's CUDA libraries as well. Then refuse to produce an image whose
-# binary cannot resolve a library or does not start.
-RUN { [ -e /usr/local/cuda/lib ] || ln -s lib64 /usr/local/cuda/lib; } \
+# the runtime image's CUDA libraries as well (the CPU base has no /usr/local/cuda).
+# Then refuse to produce an image whose binary cannot resolve a library or does not
+# start.
+RUN { [ ! -d /usr/local/cuda ] || [ -e /usr/local/cuda/lib ] || ln -s lib64 /usr/local/cuda/lib; } \
  && ldconfig \
  && { ! ldd /opt/snapserve/build/server/snapserve | grep 'not found'; } \
  && /opt/snapserve/build/server/snapserve --help >/dev/null \

@@ -14,7 +14,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUILD_DIR ?= $(BUILD_DIR)/fuzz
 FUZZ_TARGETS ?= $(patsubst $(ROOT)/tests/fuzz/%_fuzzer.cc,%,$(wildcard $(ROOT)/tests/fuzz/*_fuzzer.cc))
 
-.PHONY: all setup configure build run test test-unit test-python model bench fuzz format lint clean help
+.PHONY: all setup configure build run test test-unit test-python model bench fuzz image image-test format lint clean help
 
 all: build
 
@@ -25,6 +25,8 @@ help:
 	@echo "make model    fetch the default model into models/"
 	@echo "make bench    run the benchmarks (JSON under bench/results/)"
 	@echo "make fuzz     build the libFuzzer harnesses (clang) and run each for FUZZ_SECONDS (60)"
+	@echo "make image   build the container image with buildah on a Debian base (IMAGE_BASE=cuda: NVIDIA's)"
+	@echo "make image-test  run the image with podman; probe health, one Generate and /metrics"
 	@echo "make format   clang-format every C++ source"
 	@echo "make lint     clang-tidy every C++ source"
 	@echo "make clean    remove the build directory"
@@ -71,6 +73,14 @@ fuzz:
 	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
 	  bash tests/fuzz/run.sh fuzz $(FUZZ_BUILD_DIR) $$t $(FUZZ_SECONDS) || exit 1; \
 	done
+
+# The container image without a Docker daemon (scripts/image.sh, README
+# "Container image"); too slow for `make test`.
+image:
+	bash scripts/image.sh build
+
+image-test:
+	bash scripts/image.sh test
 
 bench: build
 	@bash bench/run.sh $(BUILD_DIR)

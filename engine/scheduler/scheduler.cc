@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/common/idle_memory.h"
 #include "engine/scheduler/step_planner.h"
 
 namespace snapserve::scheduler {
@@ -104,6 +105,11 @@ void Scheduler::Loop() {
     const StepPlan plan = Schedule(DescribeState(Clock::now()));
     Apply(plan);
     PublishStats();
+    if (!plan.idle() && decoding_.empty() && prefilling_.empty() && waiting_.empty()) {
+      // The last request just ended: give its activations' pages back before
+      // sleeping (engine/common/idle_memory.h).
+      ReturnFreedHeapToSystem();
+    }
     if (plan.idle() && !waiting_.empty()) {
       // Waiting requests that cannot be admitted with nothing running can only
       // be waiting for cancellations; avoid spinning.

@@ -84,7 +84,7 @@ step_build() {
 }
 
 step_test() {
-  need_tools podman
+  need_tools podman runc
   [ -f "$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf" ] || bash "$ROOT/scripts/setup.sh" model
   mkdir -p "$OUT"
   exec "$ROOT/.venv/bin/python" "$ROOT/scripts/image_probe.py" --image "$IMAGE" \

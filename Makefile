@@ -14,7 +14,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUILD_DIR ?= $(BUILD_DIR)/fuzz
 FUZZ_TARGETS ?= $(patsubst $(ROOT)/tests/fuzz/%_fuzzer.cc,%,$(wildcard $(ROOT)/tests/fuzz/*_fuzzer.cc))
 
-.PHONY: all setup configure build run test test-unit test-python model bench fuzz image image-test format lint clean help
+.PHONY: all setup configure build run test test-unit test-python model bench fuzz image image-test test-sanitize format lint clean help
 
 all: build
 
@@ -25,6 +25,7 @@ help:
 	@echo "make model    fetch the default model into models/"
 	@echo "make bench    run the benchmarks (JSON under bench/results/)"
 	@echo "make fuzz     build the libFuzzer harnesses (clang) and run each for FUZZ_SECONDS (60)"
+	@echo "make test-sanitize  the server built with ASan+UBSan under the end-to-end tests"
 	@echo "make image   build the container image with buildah on a Debian base (IMAGE_BASE=cuda: NVIDIA's)"
 	@echo "make image-test  run the image with podman; probe health, one Generate and /metrics"
 	@echo "make format   clang-format every C++ source"
@@ -73,6 +74,11 @@ fuzz:
 	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
 	  bash tests/fuzz/run.sh fuzz $(FUZZ_BUILD_DIR) $$t $(FUZZ_SECONDS) || exit 1; \
 	done
+
+# The server under ASan + UBSan, through the end-to-end tests
+# (scripts/sanitize-e2e.sh, README "Sanitizers"); too slow for `make test`.
+test-sanitize: setup
+	bash scripts/sanitize-e2e.sh $(PYTEST_ARGS)
 
 # The container image without a Docker daemon (scripts/image.sh, README
 # "Container image"); too slow for `make test`.

@@ -1,5 +1,5 @@
 // snapserve-cli: a person's client for a running snapserve.
-//   snapserve-cli [--target=host:port] [--ca=ca.pem] health
+//   snapserve-cli [--target=host:port] [--ca=ca.pem] [--auth-token-file=F] health
 //   snapserve-cli info
 //   snapserve-cli tokenize "text"
 //   snapserve-cli generate [--max-new-tokens=N] [--temperature=T]
@@ -7,11 +7,16 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <charconv>
 #include <condition_variable>
+#include <iterator>
 #include <mutex>
+#include <optional>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -26,7 +31,8 @@ namespace v1 = snapserve::v1;
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: snapserve-cli [--target=HOST:PORT] [--ca=PEM] [--timeout=SECONDS] COMMAND\n"
+               "usage: snapserve-cli [--target=HOST:PORT] [--ca=PEM] [--timeout=SECONDS]\n"
+               "                     [--auth-token-file=FILE] COMMAND\n"
                "commands:\n"
                "  health                      grpc.health.v1 status of the server\n"
                "  info                        the served model and limits\n"
@@ -38,6 +44,27 @@ int Usage() {
   return 2;
 }
 
+// A number from the command line, or nullopt (never an exception: a typo
+// must not abort the tool).
+template <typename T>
+std::optional<T> ParseNumber(const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
+  return value;
+}
+
+// The bearer token of a server started with --auth-token-file: the file's
+// contents without the trailing line break (the server validates the token).
+std::optional<std::string> ReadToken(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  return token;
+}
+
 int Fail(const grpc::Status& s) {
   std::fprintf(stderr, "error: %d %s\n", static_cast<int>(s.error_code()),
                s.error_message().c_str());
@@ -46,12 +73,10 @@ int Fail(const grpc::Status& s) {
 
 // The health service is called through the generic stub: grpc.health.v1
 // messages are tiny (field 1: service name / serving status).
-int Health(grpc::Channel& channel, double timeout) {
+int Health(grpc::Channel& channel, const std::function<void(grpc::ClientContext&)>& prepare) {
   grpc::GenericStub stub(channel.shared_from_this());
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::duration<double>(timeout)));
+  prepare(ctx);
   // An empty HealthCheckRequest (the whole server). A default ByteBuffer is
   // not a message at all (gRPC aborts on it); one empty slice is.
   grpc::Slice empty_message("");
@@ -85,7 +110,8 @@ int Health(grpc::Channel& channel, double timeout) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string target = "localhost:50051", ca;
+  std::string target = "localhost:50051", ca, token_file;
+  if (const char* env = std::getenv("SNAPSERVE_AUTH_TOKEN_FILE")) token_file = env;
   double timeout = 600;
   std::map<std::string, std::string> opts;
   std::vector<std::string> positional;
@@ -99,9 +125,16 @@ int main(int argc, char** argv) {
         target = value;
       else if (key == "ca")
         ca = value;
-      else if (key == "timeout")
-        timeout = std::stod(value);
-      else if (key == "help")
+      else if (key == "auth-token-file")
+        token_file = value;
+      else if (key == "timeout") {
+        const auto t = ParseNumber<double>(value);
+        if (!t || !(*t > 0)) {
+          std::fprintf(stderr, "error: --timeout must be a positive number of seconds\n");
+          return 2;
+        }
+        timeout = *t;
+      } else if (key == "help")
         return Usage();
       else
         opts[key] = value;
@@ -122,14 +155,25 @@ int main(int argc, char** argv) {
   }
   auto channel = grpc::CreateChannel(target, creds);
   auto stub = v1::Generation::NewStub(channel);
+  std::string token;
+  if (!token_file.empty()) {
+    const auto read = ReadToken(token_file);
+    if (!read) {
+      std::fprintf(stderr, "error: cannot read the token file %s\n", token_file.c_str());
+      return 2;
+    }
+    token = *read;
+  }
+  // Every call: its deadline, and the bearer token when there is one.
   auto deadline = [&](grpc::ClientContext& ctx) {
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::duration<double>(timeout)));
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
   };
   const std::string& command = positional[0];
 
-  if (command == "health") return Health(*channel, timeout);
+  if (command == "health") return Health(*channel, deadline);
   if (command == "info") {
     grpc::ClientContext ctx;
     deadline(ctx);
@@ -161,13 +205,27 @@ int main(int argc, char** argv) {
     } else {
       req.set_prompt(positional[1]);
     }
-    if (opts.count("max-new-tokens"))
-      req.mutable_stopping()->set_max_new_tokens(std::stoul(opts["max-new-tokens"]));
-    if (opts.count("temperature"))
-      req.mutable_sampling()->set_temperature(std::stof(opts["temperature"]));
-    if (opts.count("top-k")) req.mutable_sampling()->set_top_k(std::stoul(opts["top-k"]));
-    if (opts.count("top-p")) req.mutable_sampling()->set_top_p(std::stof(opts["top-p"]));
-    if (opts.count("seed")) req.mutable_sampling()->set_seed(std::stoull(opts["seed"]));
+    // Numeric options: a value that does not parse is a usage error.
+    bool bad = false;
+    auto number = [&]<typename T>(const char* key, T* out) {
+      if (!opts.count(key)) return false;
+      const auto v = ParseNumber<T>(opts[key]);
+      if (!v) {
+        std::fprintf(stderr, "error: --%s=%s is not a number\n", key, opts[key].c_str());
+        bad = true;
+        return false;
+      }
+      *out = *v;
+      return true;
+    };
+    uint32_t u = 0;
+    uint64_t seed = 0;
+    float f = 0;
+    if (number("max-new-tokens", &u)) req.mutable_stopping()->set_max_new_tokens(u);
+    if (number("temperature", &f)) req.mutable_sampling()->set_temperature(f);
+    if (number("top-k", &u)) req.mutable_sampling()->set_top_k(u);
+    if (number("top-p", &f)) req.mutable_sampling()->set_top_p(f);
+    if (number("seed", &seed)) req.mutable_sampling()->set_seed(seed);
     if (opts.count("kv")) {
       const std::string& kv = opts["kv"];
       req.mutable_kv_compression()->set_method(kv == "none" ? v1::KvCompression::NONE
@@ -175,11 +233,10 @@ int main(int argc, char** argv) {
                                                    ? v1::KvCompression::STREAMING_LLM
                                                    : v1::KvCompression::SNAPKV);
     }
-    if (opts.count("sink")) req.mutable_kv_compression()->set_sink_tokens(std::stoul(opts["sink"]));
-    if (opts.count("capacity"))
-      req.mutable_kv_compression()->set_max_capacity_prompt(std::stoul(opts["capacity"]));
-    if (opts.count("window"))
-      req.mutable_kv_compression()->set_window_size(std::stoul(opts["window"]));
+    if (number("sink", &u)) req.mutable_kv_compression()->set_sink_tokens(u);
+    if (number("capacity", &u)) req.mutable_kv_compression()->set_max_capacity_prompt(u);
+    if (number("window", &u)) req.mutable_kv_compression()->set_window_size(u);
+    if (bad) return 2;
     grpc::ClientContext ctx;
     deadline(ctx);
     auto reader = stub->GenerateStream(&ctx, req);

@@ -2,11 +2,15 @@
 docs/api.md, "Status codes") against a real snapserve with real grpcio clients:
 every Generation RPC needs `authorization: Bearer <token>`, anything else is
 UNAUTHENTICATED without the token echoed back; grpc.health.v1 stays open."""
+import os
 import secrets
+import subprocess
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from snapserve_testkit import build_dir
 
 TOKEN = "snapserve-" + secrets.token_urlsafe(24)
 
@@ -135,3 +139,32 @@ def test_bad_token_file_fails_startup(start_server, model_path, tmp_path, conten
     assert "startup_failed" in logs and message in logs, logs
     if content:
         assert "lines" not in logs.replace("one line", ""), "the error echoes the file"
+
+
+def test_cli_sends_the_token(server, tmp_path):
+    """snapserve-cli reaches a server that needs a token with
+    --auth-token-file (or SNAPSERVE_AUTH_TOKEN_FILE, as the server reads it);
+    without one its calls end UNAUTHENTICATED (exit 1); health needs none."""
+    cli = str(build_dir() / "server" / "snapserve-cli")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\r\n")
+    base = [cli, f"--target={server.target}"]
+    env = {k: v for k, v in os.environ.items() if k != "SNAPSERVE_AUTH_TOKEN_FILE"}
+
+    def cli_run(args, extra_env=None):
+        return subprocess.run(base + args, capture_output=True, text=True, timeout=60,
+                              env={**env, **(extra_env or {})})
+
+    refused = cli_run(["tokenize", "Hello"])
+    assert refused.returncode == 1 and "error: 16 " in refused.stderr, refused.stderr
+    assert cli_run(["health"]).stdout.strip() == "SERVING"
+    flag = cli_run([f"--auth-token-file={token_file}", "tokenize", "Hello"])
+    assert flag.returncode == 0 and flag.stdout.split(), flag.stderr
+    by_env = cli_run(["generate", "--max-new-tokens=2", "Hello"],
+                     {"SNAPSERVE_AUTH_TOKEN_FILE": str(token_file)})
+    assert by_env.returncode == 0 and "2 generated tokens" in by_env.stderr, by_env.stderr
+    # Typos are usage errors (exit 2), never an abort.
+    for bad in (["--timeout=soon", "health"], [f"--auth-token-file={tmp_path}/missing", "health"],
+                [f"--auth-token-file={token_file}", "generate", "--max-new-tokens=x", "Hi"]):
+        out = cli_run(bad)
+        assert out.returncode == 2 and out.stderr.startswith("error: "), (bad, out.stderr)

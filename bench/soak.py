@@ -94,9 +94,14 @@ def sample(server):
             "blocks_free": c.metrics.total(text, "snapserve_kv_cache_blocks_free")}
 
 
+# The scheduler returns freed heap to the system after 1 s idle
+# (engine/scheduler/scheduler.cc, kIdleBeforeTrim): quiet samples wait longer.
+IDLE_SETTLE_S = 2.5
+
+
 def quiet_sample(server, go, timeout=300):
     """RSS with no request in the server: new calls held back (`go` cleared)
-    until requests_running is 0 and the free blocks are back, then resumed.
+    until requests_running is 0, then IDLE_SETTLE_S more, then resumed.
     Idle against idle is what shows a leak: under load RSS moves by the
     activations and KV of whatever is in flight."""
     go.clear()
@@ -105,6 +110,8 @@ def quiet_sample(server, go, timeout=300):
     while time.time() < deadline and (s["running"] or s["waiting"]):
         time.sleep(0.5)
         s = sample(server)
+    time.sleep(IDLE_SETTLE_S)
+    s = sample(server)
     go.set()
     return s
 
@@ -157,6 +164,8 @@ def soak(args, server_args):
         while time.time() < deadline:
             end = sample(server)
             if end["running"] == 0 and end["blocks_free"] == idle["blocks_free"]:
+                time.sleep(IDLE_SETTLE_S)
+                end = sample(server)
                 break
             time.sleep(0.5)
         text = server.metrics_text()

@@ -11,8 +11,9 @@
 namespace snapserve {
 
 // Asks the allocator to give free heap pages back to the system (glibc's
-// malloc_trim over every arena); a no-op elsewhere. Costs about a
-// millisecond per GiB returned, so call it on the way to idle, not per step.
+// malloc_trim over every arena); a no-op elsewhere. The pages given back
+// fault in again on the next use, so call it once the server has gone idle,
+// not per step or per request.
 void ReturnFreedHeapToSystem();
 
 }  // namespace snapserve

@@ -1,13 +1,18 @@
 #include "engine/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "engine/common/idle_memory.h"
 #include "engine/scheduler/step_planner.h"
 
 namespace snapserve::scheduler {
+
 namespace {
+
+// How long the loop stays idle before it returns the freed heap to the system.
+constexpr std::chrono::seconds kIdleBeforeTrim{1};
 
 // Takes the sequence with `id` out of `seqs` (nullptr when absent).
 template <typename Container>
@@ -90,26 +95,35 @@ void Scheduler::PublishStats() {
 }
 
 void Scheduler::Loop() {
+  // Whether the heap was handed back since the last step that did work
+  // (engine/common/idle_memory.h); nothing to give back before the first.
+  bool trimmed = true;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      // Sleep only when there is nothing to do at all.
-      wake_.wait(lock, [&] {
+      const auto has_work = [&] {
         return stopping_ || !inbox_.empty() || !cancels_.empty() || !decoding_.empty() ||
                !prefilling_.empty() || !waiting_.empty();
-      });
+      };
+      // Idle for kIdleBeforeTrim: give the freed heap back, once. Not at the
+      // instant the last request ends, so back-to-back requests of one
+      // client do not pay fresh page faults each.
+      if (!trimmed && !wake_.wait_for(lock, kIdleBeforeTrim, has_work)) {
+        lock.unlock();
+        ReturnFreedHeapToSystem();
+        trimmed = true;
+        lock.lock();
+      }
+      // Sleep only when there is nothing to do at all.
+      wake_.wait(lock, has_work);
       if (stopping_) break;
       output_.set_observer(observer_);  // called below without the lock
     }
+    trimmed = false;
     TakeInbox();
     const StepPlan plan = Schedule(DescribeState(Clock::now()));
     Apply(plan);
     PublishStats();
-    if (!plan.idle() && decoding_.empty() && prefilling_.empty() && waiting_.empty()) {
-      // The last request just ended: give its activations' pages back before
-      // sleeping (engine/common/idle_memory.h).
-      ReturnFreedHeapToSystem();
-    }
     if (plan.idle() && !waiting_.empty()) {
       // Waiting requests that cannot be admitted with nothing running can only
       // be waiting for cancellations; avoid spinning.

@@ -121,23 +121,24 @@ int main(int argc, char** argv) {
       const size_t eq = a.find('=');
       const std::string key = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
       const std::string value = eq == std::string::npos ? "" : a.substr(eq + 1);
-      if (key == "target")
+      if (key == "target") {
         target = value;
-      else if (key == "ca")
+      } else if (key == "ca") {
         ca = value;
-      else if (key == "auth-token-file")
+      } else if (key == "auth-token-file") {
         token_file = value;
-      else if (key == "timeout") {
+      } else if (key == "timeout") {
         const auto t = ParseNumber<double>(value);
         if (!t || !(*t > 0)) {
           std::fprintf(stderr, "error: --timeout must be a positive number of seconds\n");
           return 2;
         }
         timeout = *t;
-      } else if (key == "help")
+      } else if (key == "help") {
         return Usage();
-      else
+      } else {
         opts[key] = value;
+      }
     } else {
       positional.push_back(a);
     }

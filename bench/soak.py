@@ -128,7 +128,6 @@ def slope_mib_per_hour(samples):
 
 
 def soak(args, server_args):
-    import grpc  # noqa: F401
     pb2, _ = c.pb()
     with c.Server(server_args, log_name="soak") as server:
         c.corpus_ids(server)  # tokenize the corpus once, before the clock starts

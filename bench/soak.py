@@ -6,8 +6,9 @@ Three phases against the real server (docs/testing-and-measuring.md, "Soak"):
 
 1. Soak: --clients threads (4) send GenerateStream calls back to back for
    --minutes: prompts of 16-3000 tokens of natural text, SnapKV (C=256 or 512,
-   max or avg pooling), StreamingLLM (C=256 or 512, 4 sinks) or no compression
-   chosen at random, 8-64 new tokens;
+   max or avg pooling), StreamingLLM (C=256 or 512, 4 sinks), AdaKV, PyramidKV
+   (C=256 or 512, window 8) or no compression chosen at random, 8-64 new
+   tokens;
    one call in six is cancelled by the client after 0.2-3 s and one in four
    carries a 1-5 s deadline. Every --sample seconds: the server's RSS (VmRSS),
    running/waiting requests and free KV blocks from /metrics. At the end, once
@@ -17,7 +18,9 @@ Three phases against the real server (docs/testing-and-measuring.md, "Soak"):
    measured idle against idle: at minute --settle (5) the clients pause until
    the server is empty for one sample, and the end sample is taken empty too
    (under load RSS moves with whatever is in flight); the slope of the
-   samples under load is recorded beside it.
+   samples under load is recorded beside it. The server runs as deployed,
+   with --kv-cache-prefault=true (the whole KV cache resident from the
+   start; --no-prefault measures a server without it).
 2. Restart: SIGKILL, then a new process: seconds from exec to SERVING
    (grpc.health.v1), --restarts times.
 3. SIGTERM under load: 4 streams running, SIGTERM; calls sent after it must get
@@ -54,7 +57,7 @@ def client_loop(server, pb2, seed, stop_at, go, counts, lock):
         go.wait()
         n += 1
         length = rng.randint(16, 3000)
-        method = rng.choice(["none", "snapkv", "streaming_llm"])
+        method = rng.choice(["none", "snapkv", "streaming_llm", "adakv", "pyramidkv"])
         request = c.make_request(c.prompt_ids(server, length, offset=seed * 100_003 + n),
                                  max_new=rng.randint(8, 64), method=method,
                                  capacity=rng.choice([256, 512]))
@@ -65,6 +68,11 @@ def client_loop(server, pb2, seed, stop_at, go, counts, lock):
             request.kv_compression.method = pb2.KvCompression.STREAMING_LLM
             request.kv_compression.max_capacity_prompt = rng.choice([256, 512])
             request.kv_compression.sink_tokens = 4
+        elif method in ("adakv", "pyramidkv"):
+            request.kv_compression.method = (pb2.KvCompression.ADAKV if method == "adakv"
+                                             else pb2.KvCompression.PYRAMIDKV)
+            request.kv_compression.max_capacity_prompt = rng.choice([256, 512])
+            request.kv_compression.window_size = 8
         roll = rng.random()
         timeout = rng.uniform(1, 5) if roll < 0.25 else 180
         cancel_after = rng.uniform(0.2, 3) if 0.25 <= roll < 0.25 + 1 / 6 else None
@@ -267,9 +275,13 @@ def main():
     ap.add_argument("--restarts", type=int, default=3)
     ap.add_argument("--shutdown-grace", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-prefault", action="store_true",
+                    help="leave --kv-cache-prefault off (the KV cache then becomes "
+                         "resident as blocks are first used)")
     ap.add_argument("--out", default=str(c.RESULTS / "soak.json"))
     args = ap.parse_args()
-    server_args = [f"--threads={args.threads}"]
+    server_args = [f"--threads={args.threads}",
+                   f"--kv-cache-prefault={'false' if args.no_prefault else 'true'}"]
 
     machine = c.machine_info(args.threads)
     figures = soak(args, server_args)

@@ -161,6 +161,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   const Dtype kv_dtype = options.kv_cache_dtype.value_or(default_kv_cache_dtype(options.dtype));
   kc.dtype = ToScalarType(kv_dtype);
   kc.device = device;
+  kc.prefault = options.kv_cache_prefault;
   kc.num_blocks = kv::PagedKvCache::NumBlocksForBudget(kc, options.kv_cache_memory_bytes);
   if (kc.num_blocks <= 0) {
     return Status::InvalidArgument(
@@ -169,8 +170,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   }
   SNAPSERVE_ASSIGN_OR_RETURN(impl->cache, kv::PagedKvCache::Create(kc));
   log("KV cache: " + std::to_string(kc.num_blocks) + " blocks of " + std::to_string(kc.block_size) +
-      " tokens (" + std::to_string(static_cast<int64_t>(kc.num_blocks) * kc.block_size) +
-      " tokens, " + dtype_name(kv_dtype) + ")");
+      " entries of one layer and KV head (" +
+      std::to_string(static_cast<int64_t>(kc.num_blocks) * kc.block_size /
+                     (kc.num_layers * kc.num_kv_heads)) +
+      " tokens, " + dtype_name(kv_dtype) + (kc.prefault ? ", prefaulted" : "") + ")");
 
   ModelSummary& s = impl->summary;
   s.model_id = options.model_id.empty()
@@ -189,13 +192,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   s.default_kv_compression = options.default_kv_compression;
   s.max_new_tokens_limit = static_cast<uint32_t>(options.max_new_tokens_limit);
   s.max_batch_size = static_cast<uint32_t>(options.max_batch_size);
-  s.kv_cache_capacity_tokens = static_cast<uint64_t>(kc.num_blocks) * kc.block_size;
+  // Blocks hold one (layer, KV head) lane each: a token of an uncompressed
+  // sequence takes one entry in every lane.
+  s.kv_cache_capacity_tokens = static_cast<uint64_t>(kc.num_blocks) * kc.block_size /
+                               static_cast<uint64_t>(kc.num_layers * kc.num_kv_heads);
 
   impl->scheduler = std::make_unique<scheduler::Scheduler>(
       std::make_unique<scheduler::ModelExecutor>(*impl->model, *impl->cache),
       scheduler::SchedulerOptions{
           scheduler::StepLimits{options.max_batch_size, options.max_step_tokens,
-                                options.max_prefill_tokens_per_step, options.block_size},
+                                options.max_prefill_tokens_per_step},
           options.max_queue});
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -221,13 +227,18 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
         "stopping.max_new_tokens: prompt (" + std::to_string(n) + " tokens) + max_new_tokens (" +
         std::to_string(max_new) + ") exceeds the context length " + std::to_string(mc.max_context));
   }
-  // Reserve every entry the request can ever hold (docs/kv-cache-and-scheduling.md,
-  // "Admission and reservation").
-  const int64_t reserve = compress::KeptEntries(compression, n) + max_new;
+  // Reserve every block the request can ever hold (docs/kv-cache-and-scheduling.md,
+  // "Admission and reservation"): per layer its policy's budget + max_new.
+  kv::LaneReservation lanes{compress::LayerBudgets(compression, n, mc.num_layers),
+                            compress::HeadsShareBudget(compression, n)};
+  for (int64_t& entries : lanes.entries_per_layer) entries += max_new;
+  const int64_t reserve = m.cache->BlocksFor(lanes);
   if (!m.cache->CanEverFit(reserve)) {
-    return Status::ResourceExhausted("request needs " + std::to_string(reserve) +
-                                     " KV entries; the whole cache holds " +
-                                     std::to_string(m.summary.kv_cache_capacity_tokens));
+    return Status::ResourceExhausted(
+        "request needs " + std::to_string(compress::KeptEntries(compression, n) + max_new) +
+        " KV entries per layer and KV head (" + std::to_string(reserve) +
+        " blocks); the whole cache holds " + std::to_string(m.summary.kv_cache_capacity_tokens) +
+        " (" + std::to_string(m.cache->num_total_blocks()) + " blocks)");
   }
 
   {
@@ -248,7 +259,7 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
   seq->prompt = std::move(prompt);
   seq->compression = compression;
   seq->max_new_tokens = max_new;
-  seq->reserve_tokens = reserve;
+  seq->reserve_blocks = reserve;
   seq->arrival = request.arrival;
   seq->deadline = request.deadline;
   sampling::SamplingParams sp;

@@ -44,6 +44,13 @@ struct EngineOptions {
   int threads = 0;  // intra-op threads; 0: LibTorch's default
 
   int64_t kv_cache_memory_bytes = int64_t{2} << 30;
+  // Write every KV cache page once at start, so the process holds the whole
+  // cache from the first second: resident memory then stays flat under load
+  // (no growth as new peaks of concurrency first touch blocks), and a pod
+  // whose memory limit cannot hold the cache fails at start, not under load.
+  // Off by default: tests and laptops start many servers that never fill it
+  // (docs/kv-cache-and-scheduling.md, "Memory when idle").
+  bool kv_cache_prefault = false;
   int block_size = 16;
   int max_batch_size = 16;
   int max_queue = 256;

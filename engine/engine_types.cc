@@ -10,6 +10,10 @@ const char* kv_method_name(KvMethod method) {
       return "snapkv";
     case KvMethod::kStreamingLlm:
       return "streaming_llm";
+    case KvMethod::kAdaKv:
+      return "adakv";
+    case KvMethod::kPyramidKv:
+      return "pyramidkv";
   }
   return "unknown";
 }

@@ -19,7 +19,9 @@ namespace snapserve::engine {
 // How a request's prompt KV entries are kept: all of them, SnapKV's scored
 // pick, or StreamingLLM's attention sinks plus the most recent positions
 // (docs/compression-policies.md).
-enum class KvMethod { kNone, kSnapKv, kStreamingLlm };
+// docs/compression-policies.md: kAdaKv and kPyramidKv rank SnapKV's scores
+// with head-adaptive / layer-pyramid budgets.
+enum class KvMethod { kNone, kSnapKv, kStreamingLlm, kAdaKv, kPyramidKv };
 
 // How SnapKV smooths its per-position scores: the kernel's own enum.
 using KvPooling = kernels::PoolingKind;
@@ -62,6 +64,8 @@ struct KvCompressionConfig {
   int64_t kernel_size = 7;  // SnapKV
   KvPooling pooling = KvPooling::kMax;  // SnapKV
   int64_t sink_tokens = 4;  // StreamingLLM's always-kept first positions (the paper's 4)
+  double adakv_alpha = 0.2;   // AdaKV: share of C every KV head keeps at least (kvpress's 0.2)
+  int64_t pyramid_beta = 20;  // PyramidKV: steepness; the last layer keeps about C / beta
   // Server-side only (not in the API): how a GQA group's heads are combined.
   kernels::GroupReduce group_reduce = kernels::GroupReduce::kMean;
 };
@@ -75,10 +79,12 @@ struct KvCompressionOverrides {
   uint32_t kernel_size = 0;
   std::optional<KvPooling> pooling;
   uint32_t sink_tokens = 0;
+  double adakv_alpha = 0;  // 0: default
+  uint32_t pyramid_beta = 0;
 };
 
 // The one spelling of each value, as flags, logs and ModelInfo write them:
-// "snapkv"/"streaming_llm"/"none", "max"/"avg", "float32"/"bfloat16"/"float16",
+// "snapkv"/"streaming_llm"/"adakv"/"pyramidkv"/"none", "max"/"avg", "float32"/"bfloat16"/"float16",
 // "cpu"/"cuda"/"cuda:N", "length"/"eos"/"stop_sequence"/"stop_token".
 const char* kv_method_name(KvMethod method);
 const char* kv_pooling_name(KvPooling pooling);

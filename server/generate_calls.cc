@@ -64,6 +64,8 @@ void LogCompression(const std::string& request_id, const engine::Usage& usage) {
             {"method", engine::kv_method_name(usage.kv_method)},
             {"kv_original_size", usage.kv_prompt_entries},
             {"kv_compressed_size", usage.kv_kept_entries},
+            {"kv_kept_entries_total", usage.kv_kept_entries_total},
+            {"kv_bytes_held", usage.kv_bytes_held},
             {"compression_ratio", usage.compression_ratio},
             // null when not measured (docs/metrics.md, "Logs")
             {"retained_attention", usage.retained_attention >= 0

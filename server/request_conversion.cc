@@ -1,5 +1,6 @@
 #include "server/request_conversion.h"
 
+#include <cmath>
 #include <random>
 
 #include "engine/common/bounded_text.h"
@@ -50,6 +51,12 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
     case v1::KvCompression::STREAMING_LLM:
       e.kv_compression.method = engine::KvMethod::kStreamingLlm;
       break;
+    case v1::KvCompression::ADAKV:
+      e.kv_compression.method = engine::KvMethod::kAdaKv;
+      break;
+    case v1::KvCompression::PYRAMIDKV:
+      e.kv_compression.method = engine::KvMethod::kPyramidKv;
+      break;
     default:  // METHOD_UNSPECIFIED: the server default
       break;
   }
@@ -57,6 +64,11 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
   e.kv_compression.capacity = kv.max_capacity_prompt();
   e.kv_compression.kernel_size = kv.kernel_size();
   e.kv_compression.sink_tokens = kv.sink_tokens();
+  // A float on the wire: 0.7f is 0.69999999 and floor(0.7f * 100) would be
+  // 69. Six decimals are what a client can mean; they make it 0.7 again.
+  e.kv_compression.adakv_alpha =
+      std::round(static_cast<double>(kv.adakv_alpha_safeguard()) * 1e6) / 1e6;
+  e.kv_compression.pyramid_beta = kv.pyramid_beta();
   switch (kv.pooling()) {
     case v1::KvCompression::MAX:
       e.kv_compression.pooling = engine::KvPooling::kMax;
@@ -111,6 +123,10 @@ v1::KvCompression::Method ToProto(engine::KvMethod method) {
       return v1::KvCompression::SNAPKV;
     case engine::KvMethod::kStreamingLlm:
       return v1::KvCompression::STREAMING_LLM;
+    case engine::KvMethod::kAdaKv:
+      return v1::KvCompression::ADAKV;
+    case engine::KvMethod::kPyramidKv:
+      return v1::KvCompression::PYRAMIDKV;
   }
   return v1::KvCompression::METHOD_UNSPECIFIED;
 }
@@ -120,6 +136,8 @@ void FillUsage(const engine::Usage& u, v1::Usage* out) {
   out->set_completion_tokens(u.completion_tokens);
   out->set_kv_prompt_entries(u.kv_prompt_entries);
   out->set_kv_kept_entries(u.kv_kept_entries);
+  out->set_kv_kept_entries_total(u.kv_kept_entries_total);
+  out->set_kv_bytes_held(u.kv_bytes_held);
   out->set_compression_ratio(u.compression_ratio);
   out->set_queue_ms(u.queue_ms);
   out->set_time_to_first_token_ms(u.time_to_first_token_ms);
@@ -165,6 +183,8 @@ void FillModelInfo(const engine::ModelSummary& s, v1::ModelInfo* out) {
   kv->set_pooling(d.pooling == engine::KvPooling::kAvg ? v1::KvCompression::AVG
                                                        : v1::KvCompression::MAX);
   kv->set_sink_tokens(static_cast<uint32_t>(d.sink_tokens));
+  kv->set_adakv_alpha_safeguard(static_cast<float>(d.adakv_alpha));
+  kv->set_pyramid_beta(static_cast<uint32_t>(d.pyramid_beta));
   out->set_max_new_tokens_limit(s.max_new_tokens_limit);
   out->set_max_batch_size(s.max_batch_size);
   out->set_kv_cache_capacity_tokens(s.kv_cache_capacity_tokens);

@@ -193,6 +193,16 @@ const std::vector<FlagSpec>& Flags() {
          return std::string();
        },
        [](const ServerConfig& c) { return std::to_string(c.engine.kv_cache_memory_bytes); }},
+      {"kv-cache-prefault",
+       "true|false: write the whole KV cache once at start, so resident memory is the full "
+       "cache from the first second and stays flat under load",
+       [](ServerConfig& c, const std::string& v) {
+         if (v != "true" && v != "false")
+           return "expected true or false, got '" + Bounded(v) + "'";
+         c.engine.kv_cache_prefault = v == "true";
+         return std::string();
+       },
+       [](const ServerConfig& c) { return std::string(c.engine.kv_cache_prefault ? "true" : "false"); }},
       {"block-size", "tokens per KV cache block",
        [](ServerConfig& c, const std::string& v) {
          return SetInt(c.engine.block_size, v, 1, 1024);
@@ -271,6 +281,26 @@ const std::vector<FlagSpec>& Flags() {
        [](const ServerConfig& c) {
          return std::to_string(c.engine.default_kv_compression.sink_tokens);
        }},
+      {"adakv-alpha",
+       "AdaKV: share of C every KV head keeps at least, in [0, 1] (the safeguard)",
+       [](ServerConfig& c, const std::string& v) {
+         char* end = nullptr;
+         const double x = std::strtod(v.c_str(), &end);
+         if (v.empty() || *end != '\0' || !(x >= 0 && x <= 1))
+           return std::string("expected a number in [0, 1], got '") + Bounded(v) + "'";
+         c.engine.default_kv_compression.adakv_alpha = x;
+         return std::string();
+       },
+       [](const ServerConfig& c) {
+         return std::to_string(c.engine.default_kv_compression.adakv_alpha);
+       }},
+      {"pyramid-beta", "PyramidKV: steepness of the per-layer budgets (last layer ~ C / beta)",
+       [](ServerConfig& c, const std::string& v) {
+         return SetInt(c.engine.default_kv_compression.pyramid_beta, v, 1, 1 << 20);
+       },
+       [](const ServerConfig& c) {
+         return std::to_string(c.engine.default_kv_compression.pyramid_beta);
+       }},
       {"log-level", "trace|debug|info|warn|error",
        [](ServerConfig& c, const std::string& v) {
          return SetChoice(c.log_level, v, {"trace", "debug", "info", "warn", "error"});
@@ -345,7 +375,9 @@ int64_t ParseByteSize(const std::string& text) {
 
 StatusOr<engine::KvMethod> ParseKvMethod(const std::string& text) {
   return ParseNamed(
-      text, {engine::KvMethod::kSnapKv, engine::KvMethod::kStreamingLlm, engine::KvMethod::kNone},
+      text,
+      {engine::KvMethod::kSnapKv, engine::KvMethod::kStreamingLlm, engine::KvMethod::kAdaKv,
+       engine::KvMethod::kPyramidKv, engine::KvMethod::kNone},
       &engine::kv_method_name);
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/common/status_or.h"
 #include "engine/engine_types.h"
@@ -32,9 +33,30 @@ StatusOr<KvCompressionConfig> ResolveCompression(const KvCompressionConfig& serv
                                                  int64_t max_context);
 
 // Prompt entries kept per layer and KV head for a prompt of n tokens: n when
-// n <= C or the method is none (docs/snapkv.md, step 1), else C (every method
-// keeps exactly C, so admission reserves C).
+// n <= C or the method is none (docs/snapkv.md, step 1), else C. For PyramidKV
+// and AdaKV it is the mean over layers and KV heads (LayerBudgets says more).
 int64_t KeptEntries(const KvCompressionConfig& config, int64_t n);
+
+// Prompt entries each KV head of layer l keeps, l = 0 .. num_layers-1: every
+// layer KeptEntries(config, n), except PyramidKV's decreasing budgets
+// (PyramidLayerBudgets). With AdaKV (HeadsShareBudget) a layer's heads keep
+// budget * num_kv_heads entries together, split unevenly.
+std::vector<int64_t> LayerBudgets(const KvCompressionConfig& config, int64_t n,
+                                  int64_t num_layers);
+
+// PyramidKV's per-layer budgets for a compressed prompt of n > C tokens
+// (docs/compression-policies.md, "PyramidKV"): a straight line from layer 0 to
+// the last with mean C, steepness pyramid_beta, kvpress's rounding; SnapKV's
+// uniform C where no such line fits.
+std::vector<int64_t> PyramidLayerBudgets(const KvCompressionConfig& config, int64_t n,
+                                         int64_t num_layers);
+
+// True when the KV heads of a layer split its budget unevenly (AdaKV applied).
+bool HeadsShareBudget(const KvCompressionConfig& config, int64_t n);
+
+// AdaKV's safeguard: entries every KV head keeps at least, window included:
+// floor(adakv_alpha * C), but never fewer than the window (always kept).
+int64_t AdaKvHeadFloor(const KvCompressionConfig& config);
 
 // True when a prompt of n tokens gets compressed at all.
 bool ShouldCompress(const KvCompressionConfig& config, int64_t n);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "engine/compress/snapkv_policy.h"
 #include "engine/kv/paged_kv_cache.h"
@@ -45,11 +46,19 @@ class RetainedAttention {
   int64_t heads_ = 0;
 };
 
-// A selector keeping the SnapKV selection of `config` (which must be SnapKV
-// and apply to the prompt: ShouldCompress). `timer` and `retained` may be
-// null; `retained` gets every layer, from the scores the selection ranked.
+// SnapKV's step 7 for a budget that may be the window alone: the positions
+// kept per KV head [G, capacity] int64, increasing; snapkv_topk when
+// capacity > window, else the window's positions.
+at::Tensor KeepTopScores(const at::Tensor& pooled, const kernels::SnapKvParams& params);
+
+// A selector keeping the SnapKV selection of `config` (which must apply to
+// the prompt: ShouldCompress). `timer` and `retained` may be null; `retained`
+// gets every layer, from the scores the selection ranked. With
+// `layer_capacities` (PyramidKV: PyramidLayerBudgets) layer l keeps
+// layer_capacities[l] entries per KV head instead of config.capacity.
 kv::KvSelector MakeSnapKvSelector(const KvCompressionConfig& config,
                                   std::shared_ptr<SelectionTimer> timer,
-                                  std::shared_ptr<RetainedAttention> retained = nullptr);
+                                  std::shared_ptr<RetainedAttention> retained = nullptr,
+                                  std::vector<int64_t> layer_capacities = {});
 
 }  // namespace snapserve::compress

@@ -55,7 +55,7 @@ kv::KvSelector MakeStreamingLlmSelector(const KvCompressionConfig& config,
       return at::cat({t.narrow(1, 0, span.sink), t.narrow(1, span.recent_begin, recent)}, 1);
     };
     if (retained && q.defined()) AddRetained(*retained, config, span, q, k);
-    return std::pair<at::Tensor, at::Tensor>{keep(k), keep(v)};
+    return kv::KeptKv{keep(k), keep(v), {}};
   };
 }
 

@@ -1,8 +1,9 @@
 // BlockTable: one sequence's logical-to-physical map into the BlockPool
 // (docs/kv-cache-and-scheduling.md, "Paged KV cache"). Token t of the sequence
-// lives in block block_ids[t / B] at offset t % B (B = block_size). One table
-// serves every layer and KV head, because every layer and head keeps the same
-// number of entries. It owns ids, not memory, and never touches tensors.
+// lives in block block_ids[t / B] at offset t % B (B = block_size). PagedKvCache
+// keeps one table per (layer, KV head) lane of a sequence, since compression
+// policies may keep different counts in each. It owns ids, not memory, and
+// never touches tensors.
 //
 // Thread-compatible: used only on the scheduler thread, like the pool.
 #pragma once
@@ -29,6 +30,11 @@ class BlockTable {
   // blocks from `pool` all or nothing (RESOURCE_EXHAUSTED leaves it unchanged).
   // Never shrinks.
   Status EnsureCapacity(int64_t tokens, BlockPool& pool);
+
+  // Appends blocks the caller took from the pool (or from a reservation).
+  void AddBlocks(const std::vector<int32_t>& blocks) {
+    block_ids_.insert(block_ids_.end(), blocks.begin(), blocks.end());
+  }
 
   // Gives every block back to `pool` and empties the table.
   Status Release(BlockPool& pool);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -18,18 +19,21 @@ at::Tensor to_device(std::vector<int32_t> host, std::vector<int64_t> sizes, c10:
   return device.is_cpu() ? t : t.to(device);
 }
 
-at::Tensor to_device(std::vector<int64_t> host, c10::Device device) {
-  at::Tensor t = at::from_blob(host.data(), {static_cast<int64_t>(host.size())}, at::kLong).clone();
+at::Tensor to_device(std::vector<int64_t> host, std::vector<int64_t> sizes, c10::Device device) {
+  at::Tensor t = at::from_blob(host.data(), sizes, at::kLong).clone();
   return device.is_cpu() ? t : t.to(device);
 }
 
 }  // namespace
 
+int64_t PagedKvCache::BytesPerBlock(const PagedKvCacheConfig& config) {
+  return BlockPool::BytesPerBlock(/*num_layers=*/1, /*num_kv_heads=*/1, config.block_size,
+                                  config.head_dim,
+                                  static_cast<int64_t>(c10::elementSize(config.dtype)));
+}
+
 int32_t PagedKvCache::NumBlocksForBudget(const PagedKvCacheConfig& config, int64_t budget_bytes) {
-  const int64_t per_block = BlockPool::BytesPerBlock(
-      config.num_layers, config.num_kv_heads, config.block_size, config.head_dim,
-      static_cast<int64_t>(c10::elementSize(config.dtype)));
-  return BlockPool::BlocksForBudget(budget_bytes, per_block);
+  return BlockPool::BlocksForBudget(budget_bytes, BytesPerBlock(config));
 }
 
 StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const PagedKvCacheConfig& config) {
@@ -55,15 +59,13 @@ StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const PagedKvCacheC
 
 PagedKvCache::PagedKvCache(const PagedKvCacheConfig& config)
     : config_(config), pool_(config.num_blocks) {
-  // One allocation for everything: fewer allocator segments, and every
-  // per-layer view is contiguous as the kernels require.
-  storage_ = at::empty({2, config.num_layers, config.num_blocks, config.num_kv_heads,
-                        config.block_size, config.head_dim},
+  // One allocation for everything: fewer allocator segments, and both views
+  // are contiguous as the kernels require.
+  storage_ = at::empty({2, config.num_blocks, 1, config.block_size, config.head_dim},
                        at::TensorOptions().dtype(config.dtype).device(config.device));
-  for (int64_t l = 0; l < config.num_layers; ++l) {
-    key_caches_.push_back(storage_[0][l]);
-    value_caches_.push_back(storage_[1][l]);
-  }
+  if (config.prefault) storage_.zero_();
+  key_cache_ = storage_[0];
+  value_cache_ = storage_[1];
 }
 
 PagedKvCache::Sequence& PagedKvCache::Find(int64_t seq) {
@@ -78,18 +80,63 @@ const PagedKvCache::Sequence& PagedKvCache::Find(int64_t seq) const {
   return it->second;
 }
 
-Status PagedKvCache::AddSequence(int64_t seq, int64_t reserve_tokens, KvSelector selector) {
+BlockTable& PagedKvCache::Lane(Sequence& s, int64_t layer, int64_t kv_head) {
+  return s.lanes[static_cast<size_t>(layer * config_.num_kv_heads + kv_head)];
+}
+
+Status PagedKvCache::Grow(Sequence& s, BlockTable& lane, int64_t tokens) {
+  const int64_t missing = BlockTable::BlocksFor(tokens, config_.block_size) -
+                          static_cast<int64_t>(lane.block_ids().size());
+  if (missing <= 0) return Status::Ok();
+  const int64_t from_spare = std::min<int64_t>(missing, static_cast<int64_t>(s.spare.size()));
+  std::vector<int32_t> blocks(s.spare.end() - from_spare, s.spare.end());
+  if (missing > from_spare) {
+    // Past the reservation (the admission bound was not enough): the pool
+    // may still have room; all or nothing, so nothing is lost on failure.
+    SNAPSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> extra,
+                               pool_.Allocate(missing - from_spare));
+    blocks.insert(blocks.end(), extra.begin(), extra.end());
+  }
+  s.spare.resize(s.spare.size() - static_cast<size_t>(from_spare));
+  lane.AddBlocks(blocks);
+  return Status::Ok();
+}
+
+int64_t PagedKvCache::BlocksFor(const LaneReservation& reservation) const {
+  const int64_t bs = config_.block_size;
+  const int64_t heads = config_.num_kv_heads;
+  int64_t blocks = 0;
+  for (int64_t entries : reservation.entries_per_layer) {
+    if (entries <= 0) continue;
+    // Any split of heads * entries over `heads` lanes needs at most
+    // sum(ceil(e_g / bs)) <= (heads * entries + heads * (bs - 1)) / bs blocks.
+    blocks += reservation.heads_share ? (heads * (entries + bs - 1)) / bs
+                                      : heads * BlockTable::BlocksFor(entries, config_.block_size);
+  }
+  return blocks;
+}
+
+int64_t PagedKvCache::BlocksForUniform(int64_t tokens) const {
+  return BlocksFor(LaneReservation{
+      std::vector<int64_t>(static_cast<size_t>(config_.num_layers), tokens), false});
+}
+
+Status PagedKvCache::AddSequence(int64_t seq, int64_t reserve_blocks, KvSelector selector) {
   if (seqs_.contains(seq)) {
     return Status::InvalidArgument("PagedKvCache: sequence " + std::to_string(seq) +
                                    " already registered");
   }
-  if (!CanEverFit(reserve_tokens)) {
-    return Status::ResourceExhausted(
-        "KV cache: " + std::to_string(reserve_tokens) + " tokens exceed the whole cache (" +
-        std::to_string(pool_.num_total() * int64_t{block_size()}) + " tokens)");
+  if (!CanEverFit(reserve_blocks)) {
+    return Status::ResourceExhausted("KV cache: " + std::to_string(reserve_blocks) +
+                                     " blocks exceed the whole cache (" +
+                                     std::to_string(pool_.num_total()) + " blocks)");
   }
-  Sequence s(config_.block_size);
-  SNAPSERVE_RETURN_IF_ERROR(s.table.EnsureCapacity(reserve_tokens, pool_));
+  SNAPSERVE_ASSIGN_OR_RETURN(std::vector<int32_t> reserved,
+                             pool_.Allocate(std::max<int64_t>(reserve_blocks, 0)));
+  Sequence s;
+  s.lanes.assign(static_cast<size_t>(config_.num_layers * config_.num_kv_heads),
+                 BlockTable(config_.block_size));
+  s.spare = std::move(reserved);
   s.selector = std::move(selector);
   seqs_.emplace(seq, std::move(s));
   return Status::Ok();
@@ -98,9 +145,10 @@ Status PagedKvCache::AddSequence(int64_t seq, int64_t reserve_tokens, KvSelector
 void PagedKvCache::RemoveSequence(int64_t seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
-  // The table only holds ids this pool handed out, so Free cannot fail short
+  // The tables only hold ids this pool handed out, so Free cannot fail short
   // of memory corruption; nothing useful to do with the status here.
-  (void)it->second.table.Release(pool_);
+  for (BlockTable& lane : it->second.lanes) (void)lane.Release(pool_);
+  (void)pool_.Free(it->second.spare);
   seqs_.erase(it);
   step_.reset();
 }
@@ -109,14 +157,23 @@ void PagedKvCache::SetSelector(int64_t seq, KvSelector selector) {
   Find(seq).selector = std::move(selector);
 }
 
-int64_t PagedKvCache::num_tokens(int64_t seq) const { return Find(seq).table.num_tokens(); }
-
-bool PagedKvCache::CanReserve(int64_t tokens) const {
-  return BlockTable::BlocksFor(tokens, config_.block_size) <= pool_.num_free();
+int64_t PagedKvCache::num_tokens(int64_t seq, int64_t layer, int64_t kv_head) const {
+  TORCH_CHECK(layer >= 0 && layer < config_.num_layers && kv_head >= 0 &&
+                  kv_head < config_.num_kv_heads,
+              "PagedKvCache: no lane (", layer, ", ", kv_head, ")");
+  return Find(seq).lanes[static_cast<size_t>(layer * config_.num_kv_heads + kv_head)].num_tokens();
 }
 
-bool PagedKvCache::CanEverFit(int64_t tokens) const {
-  return BlockTable::BlocksFor(tokens, config_.block_size) <= pool_.num_total();
+int64_t PagedKvCache::total_entries(int64_t seq) const {
+  int64_t total = 0;
+  for (const BlockTable& lane : Find(seq).lanes) total += lane.num_tokens();
+  return total;
+}
+
+int64_t PagedKvCache::bytes_held(int64_t seq) const {
+  int64_t blocks = 0;
+  for (const BlockTable& lane : Find(seq).lanes) blocks += static_cast<int64_t>(lane.block_ids().size());
+  return blocks * BytesPerBlock(config_);
 }
 
 double PagedKvCache::usage_ratio() const {
@@ -128,75 +185,109 @@ void PagedKvCache::StorePrefillLayer(int64_t seq, int64_t layer, const at::Tenso
   Sequence& s = Find(seq);
   TORCH_CHECK(layer >= 0 && layer < config_.num_layers, "PagedKvCache: layer ", layer,
               " out of range");
+  const int64_t heads = config_.num_kv_heads;
   // Layer 0 (re)starts a prefill; entries are only committed after the last
   // layer, so an abandoned prefill leaves nothing behind but reused slots.
-  if (layer == 0) s.prefill_next_layer = 0;
+  if (layer == 0) {
+    s.prefill_next_layer = 0;
+    s.prefill_lengths.assign(s.lanes.size(), 0);
+  }
   TORCH_CHECK(layer == s.prefill_next_layer, "PagedKvCache: prefill of sequence ", seq,
               " expected layer ", s.prefill_next_layer, ", got ", layer);
 
-  at::Tensor kept_k = k;
-  at::Tensor kept_v = v;
-  if (s.selector) std::tie(kept_k, kept_v) = s.selector(layer, q, k, v);
-  TORCH_CHECK(kept_k.dim() == 3 && kept_k.size(0) == config_.num_kv_heads &&
-                  kept_k.size(2) == config_.head_dim && kept_v.sizes() == kept_k.sizes(),
-              "PagedKvCache: kept k/v must be [", config_.num_kv_heads, ", m, ", config_.head_dim,
-              "], got ", kept_k.sizes(), " and ", kept_v.sizes());
-  const int64_t m = kept_k.size(1);
+  KeptKv kept{k, v, {}};
+  if (s.selector) kept = s.selector(layer, q, k, v);
+  TORCH_CHECK(kept.k.dim() == 3 && kept.k.size(0) == heads && kept.k.size(2) == config_.head_dim &&
+                  kept.v.sizes() == kept.k.sizes(),
+              "PagedKvCache: kept k/v must be [", heads, ", m, ", config_.head_dim, "], got ",
+              kept.k.sizes(), " and ", kept.v.sizes());
+  const int64_t m = kept.k.size(1);
+  std::vector<int64_t> lengths = kept.head_lengths;
+  if (lengths.empty()) lengths.assign(static_cast<size_t>(heads), m);
+  TORCH_CHECK(static_cast<int64_t>(lengths.size()) == heads, "PagedKvCache: ", lengths.size(),
+              " head lengths for ", heads, " KV heads");
 
-  if (layer == 0) {
-    const int64_t base = s.table.num_tokens();
-    const Status st = s.table.EnsureCapacity(base + m, pool_);
+  // Slots of every kept entry, lane after lane, after what each lane holds.
+  std::vector<int64_t> slots;
+  std::vector<int64_t> rows;  // flat row g * m + i of kept.k for each slot
+  for (int64_t g = 0; g < heads; ++g) {
+    const int64_t len = lengths[static_cast<size_t>(g)];
+    TORCH_CHECK(len >= 0 && len <= m, "PagedKvCache: head ", g, " keeps ", len, " of ", m, " rows");
+    BlockTable& lane = Lane(s, layer, g);
+    const int64_t base = lane.num_tokens();
+    const Status st = Grow(s, lane, base + len);
     TORCH_CHECK(st.ok(), "PagedKvCache: sequence ", seq, ": ", st.message());
-    std::vector<int64_t> slots(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) slots[static_cast<size_t>(i)] = s.table.slot_index(base + i);
-    s.prefill_slots = to_device(std::move(slots), config_.device);
-    s.prefill_len = m;
+    for (int64_t i = 0; i < len; ++i) {
+      slots.push_back(lane.slot_index(base + i));
+      rows.push_back(g * m + i);
+    }
+    s.prefill_lengths[static_cast<size_t>(layer * heads + g)] = len;
   }
-  TORCH_CHECK(m == s.prefill_len, "PagedKvCache: layer ", layer, " kept ", m,
-              " entries, layer 0 kept ", s.prefill_len, " (every layer must keep the same count)");
-
-  // [G, m, d] -> [m, G, d] as kv_append takes tokens first.
   const auto opts = at::TensorOptions().dtype(config_.dtype).device(config_.device);
-  kernels::kv_append(key_caches_[layer], value_caches_[layer], kept_k.to(opts).transpose(0, 1),
-                     kept_v.to(opts).transpose(0, 1), s.prefill_slots);
+  // [G, m, d] -> [G * m, 1, d]: each lane is one KV head of the lane cache.
+  at::Tensor flat_k = kept.k.to(opts).reshape({heads * m, 1, config_.head_dim});
+  at::Tensor flat_v = kept.v.to(opts).reshape({heads * m, 1, config_.head_dim});
+  if (static_cast<int64_t>(rows.size()) != heads * m) {
+    const at::Tensor index =
+        to_device(rows, {static_cast<int64_t>(rows.size())}, config_.device);
+    flat_k = flat_k.index_select(0, index);
+    flat_v = flat_v.index_select(0, index);
+  }
+  const int64_t count = static_cast<int64_t>(slots.size());
+  if (count > 0) {
+    kernels::kv_append(key_cache_, value_cache_, flat_k, flat_v,
+                       to_device(std::move(slots), {count}, config_.device));
+  }
 
   s.prefill_next_layer = layer + 1;
   if (s.prefill_next_layer == config_.num_layers) {
-    s.table.set_num_tokens(s.table.num_tokens() + s.prefill_len);
+    for (size_t i = 0; i < s.lanes.size(); ++i) {
+      s.lanes[i].set_num_tokens(s.lanes[i].num_tokens() + s.prefill_lengths[i]);
+    }
     s.prefill_next_layer = 0;
-    s.prefill_len = 0;
-    s.prefill_slots = at::Tensor();
+    s.prefill_lengths.clear();
   }
 }
 
 void PagedKvCache::BeginDecodeStep(const std::vector<int64_t>& seqs) {
   const int64_t batch = static_cast<int64_t>(seqs.size());
+  const int64_t layers = config_.num_layers;
+  const int64_t heads = config_.num_kv_heads;
   int64_t max_blocks = 1;
   std::vector<Sequence*> rows;
   rows.reserve(seqs.size());
   for (int64_t id : seqs) {
     Sequence& s = Find(id);
-    // Normally inside the admission reservation; growth past it can fail.
-    const Status st = s.table.EnsureCapacity(s.table.num_tokens() + 1, pool_);
-    TORCH_CHECK(st.ok(), "PagedKvCache: sequence ", id, ": ", st.message());
-    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(s.table.block_ids().size()));
+    for (BlockTable& lane : s.lanes) {
+      // Normally inside the admission reservation; growth past it can fail.
+      const Status st = Grow(s, lane, lane.num_tokens() + 1);
+      TORCH_CHECK(st.ok(), "PagedKvCache: sequence ", id, ": ", st.message());
+      max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(lane.block_ids().size()));
+    }
     rows.push_back(&s);
   }
-  std::vector<int32_t> tables(static_cast<size_t>(batch * max_blocks), 0);
-  std::vector<int32_t> lens(static_cast<size_t>(batch));
-  std::vector<int64_t> slots(static_cast<size_t>(batch));
-  for (int64_t b = 0; b < batch; ++b) {
-    const BlockTable& t = rows[static_cast<size_t>(b)]->table;
-    std::copy(t.block_ids().begin(), t.block_ids().end(),
-              tables.begin() + static_cast<std::ptrdiff_t>(b * max_blocks));
-    lens[static_cast<size_t>(b)] = static_cast<int32_t>(t.num_tokens() + 1);
-    slots[static_cast<size_t>(b)] = t.slot_index(t.num_tokens());
+  const int64_t lanes_per_layer = batch * heads;
+  std::vector<int32_t> tables(static_cast<size_t>(layers * lanes_per_layer * max_blocks), 0);
+  std::vector<int32_t> lens(static_cast<size_t>(layers * lanes_per_layer));
+  std::vector<int64_t> slots(static_cast<size_t>(layers * lanes_per_layer));
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t g = 0; g < heads; ++g) {
+        const BlockTable& t = Lane(*rows[static_cast<size_t>(b)], l, g);
+        const int64_t row = l * lanes_per_layer + b * heads + g;
+        std::copy(t.block_ids().begin(), t.block_ids().end(),
+                  tables.begin() + static_cast<std::ptrdiff_t>(row * max_blocks));
+        lens[static_cast<size_t>(row)] = static_cast<int32_t>(t.num_tokens() + 1);
+        slots[static_cast<size_t>(row)] = t.slot_index(t.num_tokens());
+      }
+    }
   }
   DecodeStep step;
   step.seqs = seqs;
-  step.block_tables = to_device(std::move(tables), {batch, max_blocks}, config_.device);
-  step.context_lens = to_device(std::move(lens), {batch}, config_.device);
-  step.slots = to_device(std::move(slots), config_.device);
+  step.block_tables =
+      to_device(std::move(tables), {layers, lanes_per_layer, max_blocks}, config_.device);
+  step.context_lens = to_device(std::move(lens), {layers, lanes_per_layer}, config_.device);
+  step.slots = to_device(std::move(slots), {layers, lanes_per_layer}, config_.device);
   step_ = std::move(step);
 }
 
@@ -205,50 +296,70 @@ at::Tensor PagedKvCache::DecodeAttention(const std::vector<int64_t>& seqs, int64
                                          const at::Tensor& v) {
   TORCH_CHECK(layer >= 0 && layer < config_.num_layers, "PagedKvCache: layer ", layer,
               " out of range");
-  TORCH_CHECK(q.dim() == 3 && q.size(0) == static_cast<int64_t>(seqs.size()),
-              "PagedKvCache: q must be [", seqs.size(), ", H, d], got ", q.sizes());
+  const int64_t batch = static_cast<int64_t>(seqs.size());
+  const int64_t heads = config_.num_kv_heads;
+  TORCH_CHECK(q.dim() == 3 && q.size(0) == batch && q.size(1) % heads == 0,
+              "PagedKvCache: q must be [", batch, ", H, d] with H a multiple of ", heads, ", got ",
+              q.sizes());
   TORCH_CHECK(step_ && step_->seqs == seqs && step_->next_layer == layer,
               "PagedKvCache: decode layer ", layer,
               " does not continue a step begun (BeginDecodeStep) with the same sequences");
   const auto opts = at::TensorOptions().dtype(config_.dtype).device(config_.device);
-  kernels::kv_append(key_caches_[layer], value_caches_[layer], k.to(opts), v.to(opts),
-                     step_->slots);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  const int64_t d = config_.head_dim;
+  // Lane rows: [B, G, d] -> [B * G, 1, d]; the G query heads of a GQA group
+  // (h = g * group + j) become the query heads of lane row b * G + g.
+  kernels::kv_append(key_cache_, value_cache_, k.to(opts).reshape({batch * heads, 1, d}),
+                     v.to(opts).reshape({batch * heads, 1, d}), step_->slots[layer]);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   // A float32 query on CPU reads a low-precision cache directly (no rounding
   // of q to the cache dtype; see kernels/paged_attention.h).
   const bool keep_q = q.is_cpu() && q.scalar_type() == at::kFloat;
-  at::Tensor out = kernels::paged_decode_attention(keep_q ? q : q.to(opts), key_caches_[layer],
-                                                   value_caches_[layer], step_->block_tables,
-                                                   step_->context_lens, scale);
+  const at::Tensor lane_q = (keep_q ? q : q.to(opts)).reshape({batch * heads, -1, d});
+  at::Tensor out =
+      kernels::paged_decode_attention(lane_q, key_cache_, value_cache_, step_->block_tables[layer],
+                                      step_->context_lens[layer], scale);
 
   step_->next_layer = layer + 1;
-  return out.to(q.scalar_type());
+  return out.reshape({batch, -1, d}).to(q.scalar_type());
 }
 
 void PagedKvCache::EndDecodeStep() {
   TORCH_CHECK(step_ && step_->next_layer == config_.num_layers,
               "PagedKvCache: EndDecodeStep before every layer of the step ran");
   for (int64_t id : step_->seqs) {
-    BlockTable& t = Find(id).table;
-    t.set_num_tokens(t.num_tokens() + 1);
+    for (BlockTable& lane : Find(id).lanes) lane.set_num_tokens(lane.num_tokens() + 1);
   }
   step_.reset();
 }
 
-std::pair<at::Tensor, at::Tensor> PagedKvCache::Gather(int64_t seq, int64_t layer) const {
-  const BlockTable& t = Find(seq).table;
-  const int64_t n = t.num_tokens();
+std::pair<at::Tensor, at::Tensor> PagedKvCache::GatherLane(int64_t seq, int64_t layer,
+                                                           int64_t kv_head) const {
+  const int64_t n = num_tokens(seq, layer, kv_head);
+  const BlockTable& t =
+      Find(seq).lanes[static_cast<size_t>(layer * config_.num_kv_heads + kv_head)];
   const int64_t used = BlockTable::BlocksFor(n, config_.block_size);
   std::vector<int64_t> ids(t.block_ids().begin(), t.block_ids().begin() + used);
-  const at::Tensor index = to_device(std::move(ids), config_.device);
+  const at::Tensor index = to_device(std::move(ids), {used}, config_.device);
   auto dense = [&](const at::Tensor& cache) {
-    // [blocks, G, bs, d] -> [G, blocks * bs, d], then the first n entries.
+    // [blocks, 1, bs, d] -> [blocks * bs, d], then the first n entries.
     return cache.index_select(0, index)
-        .permute({1, 0, 2, 3})
-        .reshape({config_.num_kv_heads, used * config_.block_size, config_.head_dim})
-        .narrow(1, 0, n);
+        .reshape({used * config_.block_size, config_.head_dim})
+        .narrow(0, 0, n);
   };
-  return {dense(key_caches_.at(layer)), dense(value_caches_.at(layer))};
+  return {dense(key_cache_), dense(value_cache_)};
+}
+
+std::pair<at::Tensor, at::Tensor> PagedKvCache::Gather(int64_t seq, int64_t layer) const {
+  std::vector<at::Tensor> keys;
+  std::vector<at::Tensor> values;
+  for (int64_t g = 0; g < config_.num_kv_heads; ++g) {
+    auto [k, v] = GatherLane(seq, layer, g);
+    TORCH_CHECK(keys.empty() || k.size(0) == keys.front().size(0), "PagedKvCache: the KV heads of layer ",
+                layer, " hold different counts; use GatherLane");
+    keys.push_back(std::move(k));
+    values.push_back(std::move(v));
+  }
+  return {at::stack(keys), at::stack(values)};
 }
 
 }  // namespace snapserve::kv

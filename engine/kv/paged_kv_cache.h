@@ -1,12 +1,14 @@
 // PagedKvCache: the serving engine's KvStore (docs/kv-cache-and-scheduling.md,
-// "Paged KV cache"). Owns the per-layer key/value cache tensors, each
-// [num_blocks, num_kv_heads, block_size, head_dim] on the model's device and
-// dtype, the BlockPool that hands out their blocks and one BlockTable per
-// sequence, shared by every layer and KV head. Prefill writes what a
-// per-sequence selector keeps (everything by default; SnapKV plugs in there);
-// decode appends one entry per sequence and runs the paged attention kernel. It
-// never decides admission or compression policy: the scheduler asks it for
-// room, the selector for entries.
+// "Paged KV cache"). Every (layer, KV head) pair of a sequence is a *lane*
+// with its own BlockTable, so a layer or a head may keep fewer entries than
+// another (PyramidKV, AdaKV: docs/compression-policies.md) and the memory it
+// does not keep is never taken. All lanes draw on one BlockPool whose blocks
+// each hold block_size entries of one lane: one key and one value tensor
+// [num_blocks, 1, block_size, head_dim] serve every layer. Prefill writes
+// what a per-sequence selector keeps (everything by default); decode appends
+// one entry per lane and runs the paged attention kernel with each lane as a
+// row of one KV head. It never decides admission or compression policy: the
+// scheduler asks it for room, the selector for entries.
 //
 // Thread-compatible: the scheduler thread owns it (no locking). The KvStore
 // methods report misuse and an exhausted pool by throwing c10::Error, as every
@@ -38,16 +40,37 @@ struct PagedKvCacheConfig {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   int32_t block_size = 16;
-  int32_t num_blocks = 0;  // see NumBlocksForBudget
+  int32_t num_blocks = 0;  // lane blocks (one layer and KV head each); see NumBlocksForBudget
   at::ScalarType dtype = at::kFloat;
   c10::Device device = c10::Device(c10::kCPU);
+  // Zero the cache at creation, so every page is resident from the start
+  // (EngineOptions::kv_cache_prefault says why).
+  bool prefault = false;
+};
+
+// What a selector keeps of one prefill layer: k/v [num_kv_heads, m, d] in
+// position order per head. With head_lengths empty every head keeps all m
+// rows; otherwise head g keeps its first head_lengths[g] rows (AdaKV) and the
+// rest is padding.
+struct KeptKv {
+  at::Tensor k;
+  at::Tensor v;
+  std::vector<int64_t> head_lengths;
 };
 
 // Chooses the entries of one prefill layer to cache: gets the layer index and
-// post-RoPE q [num_heads, n, d], k/v [num_kv_heads, n, d]; returns the kept
-// k/v [num_kv_heads, m, d] in position order, with the same m for every layer.
-using KvSelector = std::function<std::pair<at::Tensor, at::Tensor>(
-    int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
+// post-RoPE q [num_heads, r, d] (the last r queries), k/v [num_kv_heads, n, d].
+// Layers may keep different counts, and so may heads (KeptKv::head_lengths).
+using KvSelector = std::function<KeptKv(int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                                        const at::Tensor& v)>;
+
+// What one sequence may hold, for admission: entries per KV head of each
+// layer (prompt kept + max_new_tokens); with heads_share the heads of a layer
+// hold that many times num_kv_heads together in any split (AdaKV).
+struct LaneReservation {
+  std::vector<int64_t> entries_per_layer;
+  bool heads_share = false;
+};
 
 class PagedKvCache : public model::KvStore {
  public:
@@ -55,17 +78,28 @@ class PagedKvCache : public model::KvStore {
   // RESOURCE_EXHAUSTED when the device cannot hold them.
   static StatusOr<std::unique_ptr<PagedKvCache>> Create(const PagedKvCacheConfig& config);
 
-  // Blocks that fit in `budget_bytes` with `config`'s shape and dtype.
+  // Lane blocks that fit in `budget_bytes` with `config`'s shape and dtype.
   static int32_t NumBlocksForBudget(const PagedKvCacheConfig& config, int64_t budget_bytes);
+  // Bytes of one lane block (K and V).
+  static int64_t BytesPerBlock(const PagedKvCacheConfig& config);
 
   PagedKvCache(const PagedKvCache&) = delete;
   PagedKvCache& operator=(const PagedKvCache&) = delete;
 
-  // Registers `seq` and reserves room for `reserve_tokens` entries up front
-  // (admission reserves min(n, C) + max_new_tokens, so generation never runs
-  // out of blocks midway). RESOURCE_EXHAUSTED (nothing reserved) when the pool
-  // lacks the blocks; INVALID_ARGUMENT if `seq` is already registered.
-  Status AddSequence(int64_t seq, int64_t reserve_tokens, KvSelector selector = nullptr);
+  // Blocks that `reservation` needs in the worst case: per layer
+  // num_kv_heads * ceil(entries / block_size), or with heads_share
+  // floor((num_kv_heads * (entries + block_size - 1)) / block_size), the most
+  // any split of the layer's entries over its heads can take.
+  int64_t BlocksFor(const LaneReservation& reservation) const;
+  // The same for `tokens` entries in every lane (no compression).
+  int64_t BlocksForUniform(int64_t tokens) const;
+
+  // Registers `seq` and takes `reserve_blocks` blocks up front (admission
+  // reserves BlocksFor(what the request can ever hold), so generation never
+  // runs out midway); its lanes grow from them. RESOURCE_EXHAUSTED (nothing
+  // reserved) when the pool lacks the blocks; INVALID_ARGUMENT if `seq` is
+  // already registered.
+  Status AddSequence(int64_t seq, int64_t reserve_blocks, KvSelector selector = nullptr);
   // Frees every block of `seq`; unknown ids are ignored (cancel paths may race
   // with completion).
   void RemoveSequence(int64_t seq);
@@ -73,11 +107,15 @@ class PagedKvCache : public model::KvStore {
   void SetSelector(int64_t seq, KvSelector selector);
 
   bool HasSequence(int64_t seq) const { return seqs_.contains(seq); }
-  // Entries cached for `seq` (per layer and KV head; identical for all of them).
-  int64_t num_tokens(int64_t seq) const;
-  // Whether `tokens` entries could be reserved now / on an empty pool.
-  bool CanReserve(int64_t tokens) const;
-  bool CanEverFit(int64_t tokens) const;
+  // Entries cached for `seq` in one lane / summed over every lane.
+  int64_t num_tokens(int64_t seq, int64_t layer = 0, int64_t kv_head = 0) const;
+  int64_t total_entries(int64_t seq) const;
+  // Bytes of the blocks `seq`'s lanes hold (whole blocks; the unused rest of
+  // its reservation is not counted).
+  int64_t bytes_held(int64_t seq) const;
+  // Whether `blocks` blocks could be reserved now / on an empty pool.
+  bool CanReserve(int64_t blocks) const { return blocks <= pool_.num_free(); }
+  bool CanEverFit(int64_t blocks) const { return blocks <= pool_.num_total(); }
 
   int64_t num_free_blocks() const { return pool_.num_free(); }
   int64_t num_total_blocks() const { return pool_.num_total(); }
@@ -100,43 +138,51 @@ class PagedKvCache : public model::KvStore {
                              const at::Tensor& k, const at::Tensor& v) override;
   void EndDecodeStep() override;
 
-  // Dense copies [num_kv_heads, num_tokens(seq), d] of what is cached for
-  // `seq` at `layer`, for tests and parity checks.
+  // Dense copies of what is cached for `seq`, for tests and parity checks:
+  // one lane [num_tokens(seq, layer, g), d], or a layer [num_kv_heads, m, d]
+  // whose heads all hold m entries (throws otherwise).
+  std::pair<at::Tensor, at::Tensor> GatherLane(int64_t seq, int64_t layer, int64_t kv_head) const;
   std::pair<at::Tensor, at::Tensor> Gather(int64_t seq, int64_t layer) const;
-  const at::Tensor& key_cache(int64_t layer) const { return key_caches_.at(layer); }
-  const at::Tensor& value_cache(int64_t layer) const { return value_caches_.at(layer); }
+  // [num_blocks, 1, block_size, head_dim]: every lane's blocks.
+  const at::Tensor& key_cache() const { return key_cache_; }
+  const at::Tensor& value_cache() const { return value_cache_; }
 
  private:
   explicit PagedKvCache(const PagedKvCacheConfig& config);
 
   struct Sequence {
-    explicit Sequence(int32_t block_size) : table(block_size) {}
-    BlockTable table;
+    std::vector<BlockTable> lanes;  // lane (l, g) at l * num_kv_heads + g
+    std::vector<int32_t> spare;     // reserved blocks no lane uses yet
     KvSelector selector;
-    // Prefill in progress: the next layer expected, the entry count chosen at
-    // layer 0 and the slots they go to (reused by every layer).
+    // Prefill in progress: the next layer expected. Each layer's entries are
+    // written past what its lanes hold and committed after the last layer,
+    // so an abandoned prefill leaves nothing behind.
     int64_t prefill_next_layer = 0;
-    int64_t prefill_len = 0;
-    at::Tensor prefill_slots;
+    std::vector<int64_t> prefill_lengths;  // per lane, written but not committed
   };
-  // One decode step's device-side tables, built by BeginDecodeStep and reused
-  // by every layer (one host-to-device copy per step, not per layer).
+  // One decode step's device-side tables, built by BeginDecodeStep for every
+  // layer at once (one host-to-device copy per step, not per layer). Row
+  // b * num_kv_heads + g is lane g of sequence b.
   struct DecodeStep {
     std::vector<int64_t> seqs;
     int64_t next_layer = 0;
-    at::Tensor block_tables;  // [B, max_blocks] int32
-    at::Tensor context_lens;  // [B] int32, the new entry included
-    at::Tensor slots;         // [B] int64, where the new entry goes
+    at::Tensor block_tables;  // [L, B * G, max_blocks] int32
+    at::Tensor context_lens;  // [L, B * G] int32, the new entry included
+    at::Tensor slots;         // [L, B * G] int64, where the new entry goes
   };
 
   Sequence& Find(int64_t seq);
   const Sequence& Find(int64_t seq) const;
+  BlockTable& Lane(Sequence& s, int64_t layer, int64_t kv_head);
+  // Grows `lane` to hold `tokens` entries, from the sequence's spare blocks
+  // first, then from the pool.
+  Status Grow(Sequence& s, BlockTable& lane, int64_t tokens);
 
   PagedKvCacheConfig config_;
   BlockPool pool_;
-  at::Tensor storage_;  // [2, num_layers, num_blocks, num_kv_heads, block_size, head_dim]
-  std::vector<at::Tensor> key_caches_;    // views of storage_[0][layer]
-  std::vector<at::Tensor> value_caches_;  // views of storage_[1][layer]
+  at::Tensor storage_;      // [2, num_blocks, 1, block_size, head_dim]
+  at::Tensor key_cache_;    // storage_[0]
+  at::Tensor value_cache_;  // storage_[1]
   std::unordered_map<int64_t, Sequence> seqs_;
   std::optional<DecodeStep> step_;
 };

@@ -2,17 +2,13 @@
 
 namespace snapserve::scheduler {
 
-int64_t BlocksFor(int64_t tokens, int64_t block_size) {
-  return tokens <= 0 ? 0 : (tokens + block_size - 1) / block_size;
-}
-
 int64_t AdmitCount(const std::vector<WaitingCandidate>& waiting, const AdmissionLimits& limits) {
   int64_t admitted = 0;
   int64_t blocks = limits.free_blocks;
   int64_t budget = limits.prefill_token_budget;
   for (const WaitingCandidate& c : waiting) {
     if (limits.running + admitted >= limits.max_batch_size) break;
-    const int64_t need = BlocksFor(c.reserve_tokens, limits.block_size);
+    const int64_t need = c.reserve_blocks;
     if (need > blocks) break;  // head-of-line: nobody overtakes
     if (admitted > 0 && c.prompt_tokens > budget) break;
     blocks -= need;

@@ -18,14 +18,15 @@ namespace snapserve::scheduler {
 
 struct AdmissionLimits {
   int64_t free_blocks = 0;
-  int64_t block_size = 16;
   int64_t running = 0;               // sequences already in the batch
   int64_t max_batch_size = 1;        // most sequences in the batch
   int64_t prefill_token_budget = 0;  // prompt tokens to prefill this iteration
 };
 
 struct WaitingCandidate {
-  int64_t reserve_tokens = 0;  // KV entries reserved: min(n, C) + max_new_tokens
+  // KV blocks reserved: what min(n, C) + max_new_tokens entries take in
+  // every layer and KV head (PagedKvCache::BlocksFor)
+  int64_t reserve_blocks = 0;
   int64_t prompt_tokens = 0;   // prefill work
 };
 
@@ -33,8 +34,5 @@ struct WaitingCandidate {
 // first candidate ignores the prefill budget (a prompt longer than the budget
 // must still run some day); the others must fit in what remains of it.
 int64_t AdmitCount(const std::vector<WaitingCandidate>& waiting, const AdmissionLimits& limits);
-
-// Blocks needed for `tokens` KV entries.
-int64_t BlocksFor(int64_t tokens, int64_t block_size);
 
 }  // namespace snapserve::scheduler

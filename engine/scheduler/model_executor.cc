@@ -6,6 +6,7 @@
 #include <exception>
 #include <string>
 
+#include "engine/compress/adakv_selector.h"
 #include "engine/compress/snapkv_selector.h"
 #include "engine/compress/streaming_llm_selector.h"
 #include "engine/sampling/logprobs.h"
@@ -36,11 +37,26 @@ Status ModelExecutor::Admit(Sequence& seq) {
         selector = compress::MakeStreamingLlmSelector(seq.compression, seq.retained_attention);
         query_rows = compress::StreamingLlmScoreWindow(seq.compression, n);
         break;
+      case engine::KvMethod::kAdaKv:
+        seq.snapkv_timer = std::make_shared<compress::SelectionTimer>();
+        seq.retained_attention = std::make_shared<compress::RetainedAttention>();
+        selector =
+            compress::MakeAdaKvSelector(seq.compression, seq.snapkv_timer, seq.retained_attention);
+        query_rows = seq.compression.window;
+        break;
+      case engine::KvMethod::kPyramidKv:
+        seq.snapkv_timer = std::make_shared<compress::SelectionTimer>();
+        seq.retained_attention = std::make_shared<compress::RetainedAttention>();
+        selector = compress::MakeSnapKvSelector(
+            seq.compression, seq.snapkv_timer, seq.retained_attention,
+            compress::PyramidLayerBudgets(seq.compression, n, cache_.config().num_layers));
+        query_rows = seq.compression.window;
+        break;
       case engine::KvMethod::kNone:
         break;
     }
   }
-  const Status added = cache_.AddSequence(seq.id, seq.reserve_tokens, selector);
+  const Status added = cache_.AddSequence(seq.id, seq.reserve_blocks, selector);
   // Admission checked the blocks, so a failure here is an engine fault.
   if (!added.ok()) return Status::Internal("KV reservation failed: " + added.message());
   try {
@@ -102,7 +118,9 @@ StepOutcome ModelExecutor::Prefill(const ChunkWork& chunk) {
     if (!st.finished()) return {&seq, std::nullopt, Status::Ok(), std::nullopt};
     const at::Tensor logits = model_.Logits(h.narrow(0, h.size(0) - 1, 1));  // [1, vocab]
     seq.prompt_state.reset();
-    seq.kept_entries = cache_.num_tokens(seq.id);
+    seq.kept_entries_total = cache_.total_entries(seq.id);
+    seq.kv_bytes_held = cache_.bytes_held(seq.id);
+    seq.kv_lanes = cache_.config().num_layers * cache_.config().num_kv_heads;
     sampling::Sampler* samplers[] = {seq.sampler.get()};
     const int32_t token = sampling::SampleBatch(logits, samplers)[0];
     const int32_t sampled[] = {token};

@@ -67,9 +67,17 @@ void OutputProcessor::Finish(Sequence& seq, const Ending& ending) {
       reason == engine::FinishReason::kEos || reason == engine::FinishReason::kStopToken;
   u.completion_tokens = static_cast<uint32_t>(seq.generated - (ending.status.ok() && stop_token));
   u.kv_prompt_entries = static_cast<uint32_t>(seq.prompt.size());
-  u.kv_kept_entries = static_cast<uint32_t>(seq.kept_entries);
-  u.compression_ratio =
-      seq.kept_entries > 0 ? static_cast<float>(seq.prompt.size()) / seq.kept_entries : 1.f;
+  // kv_kept_entries: the mean per (layer, KV head) lane, rounded down.
+  u.kv_kept_entries_total = static_cast<uint64_t>(seq.kept_entries_total);
+  u.kv_bytes_held = static_cast<uint64_t>(seq.kv_bytes_held);
+  if (seq.kept_entries_total > 0 && seq.kv_lanes > 0) {
+    u.kv_kept_entries = static_cast<uint32_t>(seq.kept_entries_total / seq.kv_lanes);
+    u.compression_ratio = static_cast<float>(static_cast<double>(seq.prompt.size()) *
+                                             static_cast<double>(seq.kv_lanes) /
+                                             static_cast<double>(seq.kept_entries_total));
+  } else {
+    u.compression_ratio = 1.f;
+  }
   const bool admitted = seq.admitted != Clock::time_point{};
   u.queue_ms = Ms((admitted ? seq.admitted : now) - seq.arrival);
   u.time_to_first_token_ms = seq.generated > 0 ? Ms(seq.first_token - seq.arrival) : 0;

@@ -164,7 +164,7 @@ ScheduleInput Scheduler::DescribeState(Clock::time_point now) const {
   ScheduleInput in;
   for (const auto& s : waiting_) {
     in.waiting.push_back(
-        {s->id, s->reserve_tokens, static_cast<int64_t>(s->prompt.size()), ends(*s)});
+        {s->id, s->reserve_blocks, static_cast<int64_t>(s->prompt.size()), ends(*s)});
   }
   for (const auto& s : prefilling_) {
     const model::PromptState& st = *s->prompt_state;

@@ -28,7 +28,7 @@ struct Sequence {
   std::vector<int32_t> prompt;
   engine::KvCompressionConfig compression;
   int64_t max_new_tokens = 0;
-  int64_t reserve_tokens = 0;  // KV entries reserved at admission
+  int64_t reserve_blocks = 0;  // KV blocks reserved at admission
 
   std::shared_ptr<engine::ResultSink> sink;
   std::unique_ptr<sampling::Sampler> sampler;
@@ -49,7 +49,11 @@ struct Sequence {
   int32_t next_token = 0;
   int64_t next_position = 0;
   int64_t generated = 0;
-  int64_t kept_entries = 0;  // prompt entries cached per layer and KV head
+  // After prefill: prompt entries cached over every layer and KV head, and
+  // the bytes of the blocks holding them.
+  int64_t kept_entries_total = 0;
+  int64_t kv_bytes_held = 0;
+  int64_t kv_lanes = 0;  // layers * KV heads
   bool cancelled = false;
 };
 

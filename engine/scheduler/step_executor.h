@@ -43,8 +43,7 @@ class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
 
-  // Reserves the admitted sequence's blocks (ceil(reserve_tokens / block
-  // size)) and begins its prompt: sets seq.prompt_state, whose done/n() the
+  // Reserves the admitted sequence's blocks (seq.reserve_blocks) and begins its prompt: sets seq.prompt_state, whose done/n() the
   // loop reads to plan the prompt's chunks. Not OK (INTERNAL) when the
   // reservation that admission checked fails after all.
   virtual Status Admit(Sequence& seq) = 0;

@@ -20,14 +20,13 @@ struct StepLimits {
   // until their last chunk); the head of the queue is exempt when no prompt
   // is in prefill.
   int64_t max_prefill_tokens = 1;
-  int64_t block_size = 16;
 };
 
 // The state Schedule() decides over. `ends` marks a cancelled request or one
 // whose deadline passed: it is ended wherever it is.
 struct WaitingRequest {
   int64_t id = 0;
-  int64_t reserve_tokens = 0;  // KV entries reserved at admission
+  int64_t reserve_blocks = 0;  // KV blocks reserved at admission
   int64_t prompt_tokens = 0;
   bool ends = false;
 };

@@ -21,8 +21,8 @@ std::vector<int64_t> Admit(const ScheduleInput& in, const std::vector<WaitingReq
   if (in_prefill > 0 && waiting.front().prompt_tokens > budget) return {};
   std::vector<WaitingCandidate> candidates;
   candidates.reserve(waiting.size());
-  for (const WaitingRequest& w : waiting) candidates.push_back({w.reserve_tokens, w.prompt_tokens});
-  const AdmissionLimits limits{in.free_blocks, in.limits.block_size, admitted_now,
+  for (const WaitingRequest& w : waiting) candidates.push_back({w.reserve_blocks, w.prompt_tokens});
+  const AdmissionLimits limits{in.free_blocks, admitted_now,
                                in.limits.max_batch_size, budget};
   const int64_t count = AdmitCount(candidates, limits);
   std::vector<int64_t> ids;

@@ -180,11 +180,11 @@ at::Tensor ModelPagedDecodeLogits(const std::string& path, const std::string& dt
   kc.num_layers = c.num_layers;
   kc.num_kv_heads = c.num_kv_heads;
   kc.head_dim = c.head_dim;
-  kc.num_blocks = static_cast<int32_t>(n / kc.block_size + 2);
+  kc.num_blocks = static_cast<int32_t>((n / kc.block_size + 2) * c.num_layers * c.num_kv_heads);
   kc.dtype = ParseDtype(kv_dtype);
   auto cache = kv::PagedKvCache::Create(kc);
   TORCH_CHECK(cache.ok(), cache.status().ToString());
-  TORCH_CHECK((*cache)->AddSequence(0, n, nullptr).ok());
+  TORCH_CHECK((*cache)->AddSequence(0, (*cache)->BlocksForUniform(n), nullptr).ok());
   const std::vector<int32_t> all = ToInt32(ids);
   m.Prefill(0, std::vector<int32_t>(all.begin(), all.begin() + from - 1), **cache);
   std::vector<at::Tensor> rows;
@@ -215,12 +215,14 @@ std::vector<at::Tensor> ModelChunkedSnapKv(const std::string& path, const std::s
   kc.num_layers = c.num_layers;
   kc.num_kv_heads = c.num_kv_heads;
   kc.head_dim = c.head_dim;
-  kc.num_blocks = static_cast<int32_t>((capacity + steps) / 16 + 2);
+  kc.num_blocks =
+      static_cast<int32_t>(((capacity + steps) / 16 + 2) * c.num_layers * c.num_kv_heads);
   kc.dtype = m.dtype();
   auto cache = kv::PagedKvCache::Create(kc);
   TORCH_CHECK(cache.ok(), cache.status().ToString());
   TORCH_CHECK((*cache)
-                  ->AddSequence(0, capacity + steps, compress::MakeSnapKvSelector(policy, nullptr))
+                  ->AddSequence(0, (*cache)->BlocksForUniform(capacity + steps),
+                                compress::MakeSnapKvSelector(policy, nullptr))
                   .ok());
   PromptState st = m.BeginPrompt(0, prompt, window);
   at::Tensor h;

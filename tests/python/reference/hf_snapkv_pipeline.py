@@ -37,7 +37,8 @@ ATTN_NAME = "snapkv_capture_sdpa"
 
 
 def _capture_attention(module, query, key, value, attention_mask, **kwargs):
-    """sdpa attention that records q/k/v of a prefill when a recorder is armed.
+    """sdpa attention that records q/k/v of a prefill when a recorder is armed,
+    and hides padding entries of a ragged cache (Pipeline.keep_ragged).
 
     query [1, H, q_len, D] and key/value [1, Hkv, kv_len, D] arrive post-RoPE,
     after the cache update (so during a prefill they hold the whole prompt)."""
@@ -45,6 +46,15 @@ def _capture_attention(module, query, key, value, attention_mask, **kwargs):
     rec = getattr(module, "_snapkv_recorder", None)
     if rec is not None:
         rec.record(module.layer_idx, query, key, value)
+    valid = getattr(module, "_head_valid", None)  # [Hkv, M] bool: the cached prompt entries
+    if valid is not None:
+        heads, kv_len = query.shape[1], key.shape[2]
+        new = torch.ones(valid.shape[0], kv_len - valid.shape[1], dtype=torch.bool)
+        per_head = torch.cat([valid, new], 1).repeat_interleave(heads // valid.shape[0], 0)
+        mask = per_head[None, :, None, :]  # [1, H, 1, kv_len]
+        if attention_mask is not None:
+            mask = mask & attention_mask.bool()
+        attention_mask = mask
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -80,6 +90,8 @@ class Compressed:
     keys: list                    # per layer [Hkv, m, D]
     values: list
     positions: list = field(default_factory=list)  # per layer [Hkv, m] int64 (numpy)
+    # Ragged caches (keep_ragged) only: per layer [Hkv, m] bool, False on padding.
+    valid: list = None
 
     @property
     def entries(self):
@@ -170,6 +182,26 @@ class SnapKVPipeline:
             values.append(pre.values[layer][heads, idx].contiguous())
         return Compressed(keys, values, list(positions))
 
+    def keep_ragged(self, pre, positions):
+        """A selection whose layers and KV heads keep different counts
+        (PyramidKV, AdaKV): per layer, a list of per-head increasing position
+        arrays. Every layer and head is padded to the longest with copies of
+        position 0, and the attention hides the padding, so the cache stays a
+        rectangle that transformers can hold."""
+        longest = max(len(h) for layer in positions for h in layer)
+        keys, values, valid = [], [], []
+        for layer in range(self.num_layers):
+            idx = torch.zeros(self.num_kv_heads, longest, dtype=torch.long)
+            ok = torch.zeros(self.num_kv_heads, longest, dtype=torch.bool)
+            for g, head in enumerate(positions[layer]):
+                idx[g, :len(head)] = torch.as_tensor(head, dtype=torch.long)
+                ok[g, :len(head)] = True
+            heads = torch.arange(self.num_kv_heads)[:, None]
+            keys.append(pre.keys[layer][heads, idx].contiguous())
+            values.append(pre.values[layer][heads, idx].contiguous())
+            valid.append(ok)
+        return Compressed(keys, values, list(positions), valid)
+
     def full(self, pre):
         """The uncompressed prompt cache (baseline)."""
         return Compressed(list(pre.keys), list(pre.values), [None] * self.num_layers)
@@ -195,23 +227,35 @@ class SnapKVPipeline:
                          past_key_values=cache, use_cache=True)
         return out.logits[0].float()
 
+    def _set_valid(self, comp):
+        for layer, m in enumerate(self._attn_modules()):
+            m._head_valid = comp.valid[layer] if comp is not None and comp.valid else None
+
     @torch.no_grad()
     def greedy(self, pre, comp, max_new, return_logits=False):
         """Greedy tokens; the first comes from the full-prompt logits."""
         cache = self._cache(comp)
         logits = [pre.logits]
         tokens = [int(pre.logits.argmax())]
-        for i in range(1, max_new):
-            step = self.forward_cached(cache, [tokens[-1]], pre.n + i - 1)[-1]
-            logits.append(step)
-            tokens.append(int(step.argmax()))
+        self._set_valid(comp)
+        try:
+            for i in range(1, max_new):
+                step = self.forward_cached(cache, [tokens[-1]], pre.n + i - 1)[-1]
+                logits.append(step)
+                tokens.append(int(step.argmax()))
+        finally:
+            self._set_valid(None)
         return (tokens, torch.stack(logits)) if return_logits else tokens
 
     @torch.no_grad()
     def teacher_forced(self, pre, comp, continuation):
         """Logits [len(continuation), vocab] predicted after each continuation
         token, which are fed at positions n, n+1, ... over the cached prompt."""
-        return self.forward_cached(self._cache(comp), continuation, pre.n)
+        self._set_valid(comp)
+        try:
+            return self.forward_cached(self._cache(comp), continuation, pre.n)
+        finally:
+            self._set_valid(None)
 
     def run(self, ids, max_new, window=32, capacity=1024, kernel_size=7, pooling="max"):
         pre = self.prefill(ids, max_window=max(window, 1))

@@ -6,8 +6,11 @@ it as a subprocess:
 
     python kvpress_kept_positions.py MODEL.gguf IN.json OUT.json
 
-IN.json:  {"press": "streaming_llm", "prompts": [[token ids], ...],
-           "configs": [{"capacity": C, "sink_tokens": S}, ...]}
+IN.json:  {"press": "streaming_llm" | "snapkv" | "pyramidkv" | "adakv",
+           "prompts": [[token ids], ...],
+           "configs": [{"capacity": C, "sink_tokens": S}, ...]   (streaming_llm)
+                      [{"capacity": C, "window": w, "kernel_size": k,
+                        "beta": b, "alpha": a}, ...]             (the others)}
 OUT.json: {"kvpress": version, "transformers": version,
            "results": [config][prompt] {"n": n, "compression_ratio": r,
                        "positions": [layer][kv head][kept positions, increasing]}}
@@ -19,7 +22,10 @@ script finds out without looking inside the press: the prompt runs twice, once
 plainly and once under the press. A press compresses each layer after that
 layer's attention ran over the full prompt, so every layer's keys are the same
 in both runs; each kept key row is then found among the full run's rows of its
-KV head (bitwise equal, and unique).
+KV head (bitwise equal, and unique). AdaKVPress prunes nothing: it records
+the (head, position) pairs it masks in each attention module's
+`masked_key_indices` (read after the prefill), and the kept positions are the
+rest.
 
 Budgets: kvpress takes a compression_ratio and keeps int(n * (1 - ratio))
 entries (kvpress.utils.compute_n_kept); the server takes an absolute C. Each
@@ -49,7 +55,30 @@ def streaming_llm(config, n):
     return StreamingLLMPress(compression_ratio=ratio, n_sink=config["sink_tokens"]), ratio
 
 
-PRESSES = {"streaming_llm": streaming_llm}
+def snapkv(config, n):
+    from kvpress import SnapKVPress
+    ratio = ratio_keeping(n, config["capacity"])
+    return SnapKVPress(compression_ratio=ratio, window_size=config["window"],
+                       kernel_size=config["kernel_size"]), ratio
+
+
+def pyramidkv(config, n):
+    """PyramidKVPress rounds its budgets (round(), not int()): the ratio must
+    give n * (1 - ratio) = C itself, without the half."""
+    from kvpress import PyramidKVPress
+    ratio = (n - config["capacity"]) / n
+    return PyramidKVPress(compression_ratio=ratio, window_size=config["window"],
+                          kernel_size=config["kernel_size"], beta=config["beta"]), ratio
+
+
+def adakv(config, n):
+    from kvpress import AdaKVPress
+    press, ratio = snapkv(config, n)
+    return AdaKVPress(press=press, alpha_safeguard=config["alpha"]), ratio
+
+
+PRESSES = {"streaming_llm": streaming_llm, "snapkv": snapkv, "pyramidkv": pyramidkv,
+           "adakv": adakv}
 
 
 def load_model(model_path):
@@ -72,6 +101,24 @@ def prefill_keys(model, ids, press=None):
         with press(model):
             model(x, past_key_values=cache, use_cache=True)
     return [layer.keys[0].clone() for layer in cache.layers]
+
+
+@torch.no_grad()
+def masked_positions(model, ids, press):
+    """Per layer and KV head the positions AdaKVPress keeps: all but the
+    (head, position) pairs it recorded as masked."""
+    from transformers import DynamicCache
+    cache = DynamicCache(config=model.config)
+    with press(model):
+        model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    n, out = len(ids), []
+    for layer in model.model.layers:
+        _, heads, seqs = layer.self_attn.masked_key_indices
+        masked = [set() for _ in range(model.config.num_key_value_heads)]
+        for g, j in zip(heads.tolist(), seqs.tolist()):
+            masked[g].add(j)
+        out.append([[j for j in range(n) if j not in m] for m in masked])
+    return out
 
 
 def kept_positions(full, kept):
@@ -98,9 +145,12 @@ def main(model_path, in_path, out_path):
         full = prefill_keys(model, ids)
         for config, out in zip(spec["configs"], results):
             press, ratio = make_press(config, n)
-            kept = prefill_keys(model, ids, press)
-            out.append({"n": n, "compression_ratio": ratio,
-                        "positions": [kept_positions(f, k) for f, k in zip(full, kept)]})
+            if spec["press"] == "adakv":
+                positions = masked_positions(model, ids, press)
+            else:
+                kept = prefill_keys(model, ids, press)
+                positions = [kept_positions(f, k) for f, k in zip(full, kept)]
+            out.append({"n": n, "compression_ratio": ratio, "positions": positions})
     pathlib.Path(out_path).write_text(json.dumps({
         "kvpress": version("kvpress"), "transformers": version("transformers"),
         "results": results}))

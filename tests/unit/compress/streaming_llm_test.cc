@@ -86,7 +86,10 @@ TEST(StreamingLlmSelector, KeepsSinksAndRecentForEveryHead) {
   const at::Tensor k = (pos + head).expand({heads, n, d}).contiguous();
   const at::Tensor v = -k;
   const at::Tensor q = at::empty({6, 0, d});  // no queries: StreamingLLM scores nothing
-  const auto [kept_k, kept_v] = select(/*layer=*/0, q, k, v);
+  const kv::KeptKv kept = select(/*layer=*/0, q, k, v);
+  const at::Tensor& kept_k = kept.k;
+  const at::Tensor& kept_v = kept.v;
+  EXPECT_TRUE(kept.head_lengths.empty());
   ASSERT_EQ(kept_k.sizes(), (at::IntArrayRef{heads, 8, d}));
   const std::vector<float> want = {0, 1, 2, 15, 16, 17, 18, 19};
   for (int64_t g = 0; g < heads; ++g) {

@@ -1,12 +1,18 @@
 // PagedKvCache against DenseKvStore (the model helper's contiguous store) as
-// the oracle: the same prefill and decode calls must give the same attention.
+// the oracle: the same prefill and decode calls must give the same attention;
+// lanes of different lengths (PyramidKV, AdaKV) against attention written out
+// densely here.
 #include "engine/kv/paged_kv_cache.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <fstream>
 #include <map>
 #include <random>
+#include <string>
 
 #include "engine/model/dense_kv_store.h"
 
@@ -14,6 +20,7 @@ namespace snapserve::kv {
 namespace {
 
 constexpr int64_t kLayers = 3, kHeads = 6, kKvHeads = 2, kDim = 8;
+constexpr int32_t kLanes = kLayers * kKvHeads;  // blocks one token takes in every lane
 
 PagedKvCacheConfig SmallConfig(int32_t num_blocks, int32_t block_size = 4) {
   PagedKvCacheConfig c;
@@ -40,11 +47,11 @@ void Prefill(model::KvStore& store, int64_t seq, int64_t n, uint64_t seed) {
 }
 
 TEST(PagedKvCacheTest, MatchesDenseStoreOverPrefillAndBatchedDecode) {
-  auto paged = MakeCache(64);
+  auto paged = MakeCache(64 * kLanes);
   model::DenseKvStore dense(kLayers);
   const std::map<int64_t, int64_t> prompts = {{10, 5}, {11, 1}, {12, 13}};
   for (const auto& [seq, n] : prompts) {
-    ASSERT_TRUE(paged->AddSequence(seq, n + 4).ok());
+    ASSERT_TRUE(paged->AddSequence(seq, paged->BlocksForUniform(n + 4)).ok());
     Prefill(*paged, seq, n, 100 + seq);
     Prefill(dense, seq, n, 100 + seq);
     EXPECT_EQ(paged->num_tokens(seq), n);
@@ -79,14 +86,14 @@ TEST(PagedKvCacheTest, MatchesDenseStoreOverPrefillAndBatchedDecode) {
 }
 
 TEST(PagedKvCacheTest, SelectorDecidesWhatIsCached) {
-  auto cache = MakeCache(16);
+  auto cache = MakeCache(16 * kLanes);
   // Keep the even positions only, as a stand-in for SnapKV.
   KvSelector every_other = [](int64_t, const at::Tensor&, const at::Tensor& k,
                               const at::Tensor& v) {
     const at::Tensor idx = at::arange(0, k.size(1), 2);
-    return std::make_pair(k.index_select(1, idx), v.index_select(1, idx));
+    return KeptKv{k.index_select(1, idx), v.index_select(1, idx), {}};
   };
-  ASSERT_TRUE(cache->AddSequence(1, 4, every_other).ok());
+  ASSERT_TRUE(cache->AddSequence(1, cache->BlocksForUniform(4), every_other).ok());
   at::manual_seed(3);
   std::vector<at::Tensor> ks;
   for (int64_t l = 0; l < kLayers; ++l) {
@@ -102,35 +109,113 @@ TEST(PagedKvCacheTest, SelectorDecidesWhatIsCached) {
   }
 }
 
-TEST(PagedKvCacheTest, LayersMustKeepTheSameCount) {
-  auto cache = MakeCache(16);
-  int calls = 0;
-  ASSERT_TRUE(cache
-                  ->AddSequence(1, 8,
-                                [&calls](int64_t, const at::Tensor&, const at::Tensor& k,
-                                         const at::Tensor& v) {
-                                  const int64_t m = calls++ == 0 ? 3 : 2;
-                                  return std::make_pair(k.narrow(1, 0, m), v.narrow(1, 0, m));
-                                })
-                  .ok());
-  const at::Tensor q = at::randn({kHeads, 4, kDim}), k = at::randn({kKvHeads, 4, kDim});
-  cache->StorePrefillLayer(1, 0, q, k, k);
-  EXPECT_THROW(cache->StorePrefillLayer(1, 1, q, k, k), c10::Error);
+// softmax(q K^T / sqrt(d)) V for the query heads [G, d] of one KV head,
+// written out in float64.
+at::Tensor DenseAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const at::Tensor scores =
+      at::matmul(q.to(at::kDouble), k.to(at::kDouble).t()) / std::sqrt(static_cast<double>(kDim));
+  return at::matmul(at::softmax(scores, -1), v.to(at::kDouble)).to(at::kFloat);
+}
+
+// PyramidKV keeps fewer entries in deeper layers, AdaKV different counts per
+// head: every lane holds exactly its own count, decode attends over each
+// lane's own entries, and only the blocks those counts need are taken.
+TEST(PagedKvCacheTest, LayersAndHeadsKeepTheirOwnCounts) {
+  constexpr int32_t kBlock = 4;
+  auto cache = MakeCache(64, kBlock);
+  // layer 0: 7 per head; layer 1: 3 per head; layer 2: head 0 keeps 1, head 1 keeps 6.
+  const std::vector<std::vector<int64_t>> counts = {{7, 7}, {3, 3}, {1, 6}};
+  KvSelector uneven = [&counts](int64_t layer, const at::Tensor&, const at::Tensor& k,
+                                const at::Tensor& v) {
+    const auto& c = counts[static_cast<size_t>(layer)];
+    const int64_t m = std::max(c[0], c[1]);
+    std::vector<int64_t> lengths = c;
+    if (c[0] == c[1]) lengths.clear();  // the uniform form
+    return KeptKv{k.narrow(1, 0, m), v.narrow(1, 0, m), lengths};
+  };
+  const LaneReservation need{{7 + 2, 3 + 2, (1 + 6) / 2 + 2}, /*heads_share=*/true};
+  ASSERT_TRUE(cache->AddSequence(1, cache->BlocksFor(need), uneven).ok());
+  at::manual_seed(5);
+  std::vector<at::Tensor> ks, vs;
+  for (int64_t l = 0; l < kLayers; ++l) {
+    ks.push_back(at::randn({kKvHeads, 8, kDim}));
+    vs.push_back(at::randn({kKvHeads, 8, kDim}));
+    cache->StorePrefillLayer(1, l, at::randn({kHeads, 8, kDim}), ks.back(), vs.back());
+  }
+  int64_t total = 0, blocks = 0;
+  for (int64_t l = 0; l < kLayers; ++l) {
+    for (int64_t g = 0; g < kKvHeads; ++g) {
+      const int64_t m = counts[static_cast<size_t>(l)][static_cast<size_t>(g)];
+      EXPECT_EQ(cache->num_tokens(1, l, g), m) << l << "," << g;
+      auto [k, v] = cache->GatherLane(1, l, g);
+      EXPECT_TRUE(at::equal(k, ks[l][g].narrow(0, 0, m)));
+      EXPECT_TRUE(at::equal(v, vs[l][g].narrow(0, 0, m)));
+      total += m;
+      blocks += (m + kBlock - 1) / kBlock;
+    }
+  }
+  EXPECT_EQ(cache->total_entries(1), total);
+  EXPECT_EQ(cache->bytes_held(1), blocks * PagedKvCache::BytesPerBlock(SmallConfig(0, kBlock)));
+  EXPECT_THROW(cache->Gather(1, 2), c10::Error);  // heads of layer 2 differ
+
+  // Two decode steps: each lane attends over its own entries plus the new ones.
+  for (int step = 0; step < 2; ++step) {
+    cache->BeginDecodeStep({1});
+    for (int64_t l = 0; l < kLayers; ++l) {
+      const at::Tensor q = at::randn({1, kHeads, kDim});
+      const at::Tensor k = at::randn({1, kKvHeads, kDim});
+      const at::Tensor v = at::randn({1, kKvHeads, kDim});
+      std::vector<std::pair<at::Tensor, at::Tensor>> before;
+      for (int64_t g = 0; g < kKvHeads; ++g) before.push_back(cache->GatherLane(1, l, g));
+      const at::Tensor got = cache->DecodeAttention({1}, l, q, k, v);
+      const int64_t group = kHeads / kKvHeads;
+      for (int64_t g = 0; g < kKvHeads; ++g) {
+        const at::Tensor all_k = at::cat({before[g].first, k[0][g].unsqueeze(0)});
+        const at::Tensor all_v = at::cat({before[g].second, v[0][g].unsqueeze(0)});
+        const at::Tensor want = DenseAttention(q[0].narrow(0, g * group, group), all_k, all_v);
+        EXPECT_TRUE(at::allclose(got[0].narrow(0, g * group, group), want, 1e-5, 1e-5))
+            << "step " << step << " layer " << l << " head " << g;
+      }
+    }
+    cache->EndDecodeStep();
+  }
+  EXPECT_EQ(cache->num_tokens(1, 2, 0), 1 + 2);
+  EXPECT_EQ(cache->num_tokens(1, 2, 1), 6 + 2);
+  EXPECT_EQ(cache->num_tokens(1, 0, 1), 7 + 2);
+  cache->RemoveSequence(1);
+  EXPECT_EQ(cache->num_free_blocks(), 64);
+}
+
+// The heads of a layer may split its entries in any way: the shared bound
+// covers the worst split.
+TEST(PagedKvCacheTest, ReservationBoundsCoverEverySplit) {
+  auto cache = MakeCache(100, 4);
+  // Uniform: 2 heads * ceil(9 / 4) = 6 blocks per layer.
+  EXPECT_EQ(cache->BlocksFor({{9, 9, 9}, false}), 18);
+  EXPECT_EQ(cache->BlocksForUniform(9), 18);
+  for (int64_t entries = 1; entries <= 12; ++entries) {
+    const int64_t bound = cache->BlocksFor({{entries}, /*heads_share=*/true});
+    int64_t worst = 0;
+    for (int64_t a = 0; a <= 2 * entries; ++a) {
+      worst = std::max(worst, (a + 3) / 4 + (2 * entries - a + 3) / 4);
+    }
+    EXPECT_EQ(bound, worst) << entries << " entries per head";
+  }
 }
 
 TEST(PagedKvCacheTest, ReservationAccountingAndRemoval) {
   auto cache = MakeCache(10, 4);
   EXPECT_EQ(cache->num_free_blocks(), 10);
-  ASSERT_TRUE(cache->AddSequence(1, 9).ok());  // 3 blocks
+  ASSERT_TRUE(cache->AddSequence(1, 3).ok());
   EXPECT_EQ(cache->num_free_blocks(), 7);
   EXPECT_DOUBLE_EQ(cache->usage_ratio(), 0.3);
   EXPECT_EQ(cache->AddSequence(1, 1).code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(cache->CanReserve(28));
-  EXPECT_FALSE(cache->CanReserve(29));
-  EXPECT_EQ(cache->AddSequence(2, 29).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(cache->CanReserve(7));
+  EXPECT_FALSE(cache->CanReserve(8));
+  EXPECT_EQ(cache->AddSequence(2, 8).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(cache->num_free_blocks(), 7);  // the failed add took nothing
-  EXPECT_FALSE(cache->CanEverFit(41));
-  EXPECT_EQ(cache->AddSequence(3, 41).code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(cache->CanEverFit(11));
+  EXPECT_EQ(cache->AddSequence(3, 11).code(), StatusCode::kResourceExhausted);
   cache->RemoveSequence(1);
   cache->RemoveSequence(1);  // unknown now: ignored
   EXPECT_EQ(cache->num_free_blocks(), 10);
@@ -138,16 +223,16 @@ TEST(PagedKvCacheTest, ReservationAccountingAndRemoval) {
 }
 
 TEST(PagedKvCacheTest, DecodeBeyondThePoolThrows) {
-  auto cache = MakeCache(1, 4);
-  ASSERT_TRUE(cache->AddSequence(1, 4).ok());
+  auto cache = MakeCache(kLanes, 4);  // one block per lane
+  ASSERT_TRUE(cache->AddSequence(1, cache->BlocksForUniform(4)).ok());
   Prefill(*cache, 1, 4, 1);
   EXPECT_THROW(cache->BeginDecodeStep({1}), c10::Error);
 }
 
 TEST(PagedKvCacheTest, DecodeLayersRunInsideOneExplicitStep) {
-  auto cache = MakeCache(8);
-  ASSERT_TRUE(cache->AddSequence(1, 4).ok());
-  ASSERT_TRUE(cache->AddSequence(2, 4).ok());
+  auto cache = MakeCache(8 * kLanes);
+  ASSERT_TRUE(cache->AddSequence(1, cache->BlocksForUniform(4)).ok());
+  ASSERT_TRUE(cache->AddSequence(2, cache->BlocksForUniform(4)).ok());
   Prefill(*cache, 1, 2, 1);
   Prefill(*cache, 2, 2, 2);
   const at::Tensor q = at::randn({1, kHeads, kDim}), k = at::randn({1, kKvHeads, kDim});
@@ -170,7 +255,7 @@ TEST(PagedKvCacheTest, DecodeLayersRunInsideOneExplicitStep) {
 
 TEST(PagedKvCacheTest, BudgetAndBadConfigs) {
   PagedKvCacheConfig c = SmallConfig(0);
-  const int64_t per_block = 2 * kLayers * kKvHeads * 4 * kDim * 4;
+  const int64_t per_block = 2 * 4 * kDim * 4;  // K and V of one lane, 4 float entries
   EXPECT_EQ(PagedKvCache::NumBlocksForBudget(c, per_block * 7), 7);
   EXPECT_EQ(PagedKvCache::Create(c).status().code(), StatusCode::kResourceExhausted);
   c.num_blocks = 4;
@@ -178,15 +263,52 @@ TEST(PagedKvCacheTest, BudgetAndBadConfigs) {
   EXPECT_EQ(PagedKvCache::Create(c).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Resident memory of this process in bytes (Linux: VmRSS of /proc/self/status).
+int64_t ResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      int64_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+    status.ignore(1 << 12, '\n');
+  }
+  return -1;
+}
+
+// What the kernel reports is the oracle: a prefaulted cache is resident at
+// once, a plain one only where blocks were written.
+TEST(PagedKvCacheTest, PrefaultMakesTheWholeCacheResident) {
+  if (ResidentBytes() < 0) GTEST_SKIP() << "no /proc/self/status VmRSS on this system";
+  constexpr int64_t kCacheBytes = int64_t{256} << 20;
+  PagedKvCacheConfig c = SmallConfig(0, 16);
+  c.num_blocks = PagedKvCache::NumBlocksForBudget(c, kCacheBytes);
+  for (bool prefault : {false, true}) {
+    c.prefault = prefault;
+    const int64_t before = ResidentBytes();
+    auto cache = PagedKvCache::Create(c);
+    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+    const int64_t grown = ResidentBytes() - before;
+    if (prefault) {
+      EXPECT_GT(grown, kCacheBytes * 9 / 10) << "prefaulted cache not resident";
+      EXPECT_EQ((*cache)->key_cache().abs().max().item<float>(), 0.0f);
+    } else {
+      EXPECT_LT(grown, kCacheBytes / 4) << "an untouched cache should not be resident";
+    }
+  }
+}
+
 TEST(PagedKvCacheTest, RandomAddRemoveLeavesEveryBlockFree) {
-  auto cache = MakeCache(32, 4);
+  auto cache = MakeCache(32 * kLanes, 4);
   std::mt19937 rng(11);
   std::vector<int64_t> live;
   int64_t next = 0;
   for (int step = 0; step < 300; ++step) {
     if (live.empty() || rng() % 3 != 0) {
       const int64_t tokens = 1 + rng() % 24;
-      if (cache->AddSequence(next, tokens).ok()) {
+      if (cache->AddSequence(next, cache->BlocksForUniform(tokens)).ok()) {
         Prefill(*cache, next, 1 + rng() % tokens, step);
         live.push_back(next);
       }
@@ -198,7 +320,7 @@ TEST(PagedKvCacheTest, RandomAddRemoveLeavesEveryBlockFree) {
     }
   }
   for (int64_t seq : live) cache->RemoveSequence(seq);
-  EXPECT_EQ(cache->num_free_blocks(), 32);
+  EXPECT_EQ(cache->num_free_blocks(), 32 * kLanes);
 }
 
 }  // namespace

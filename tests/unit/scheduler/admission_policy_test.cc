@@ -7,19 +7,12 @@ namespace {
 
 AdmissionLimits Limits(int64_t free_blocks, int64_t running = 0, int64_t max_batch = 16,
                        int64_t budget = 4096) {
-  return {free_blocks, 16, running, max_batch, budget};
-}
-
-TEST(AdmissionPolicyTest, BlocksRoundUp) {
-  EXPECT_EQ(BlocksFor(0, 16), 0);
-  EXPECT_EQ(BlocksFor(1, 16), 1);
-  EXPECT_EQ(BlocksFor(16, 16), 1);
-  EXPECT_EQ(BlocksFor(17, 16), 2);
+  return {free_blocks, running, max_batch, budget};
 }
 
 TEST(AdmissionPolicyTest, AdmitsWhileBlocksLast) {
-  // Each needs 4 blocks (64 tokens); 10 free blocks fit two.
-  std::vector<WaitingCandidate> w(3, {64, 10});
+  // Each needs 4 blocks; 10 free blocks fit two.
+  std::vector<WaitingCandidate> w(3, {4, 10});
   EXPECT_EQ(AdmitCount(w, Limits(10)), 2);
   EXPECT_EQ(AdmitCount(w, Limits(12)), 3);
   EXPECT_EQ(AdmitCount(w, Limits(3)), 0);
@@ -28,21 +21,21 @@ TEST(AdmissionPolicyTest, AdmitsWhileBlocksLast) {
 TEST(AdmissionPolicyTest, HeadOfLineIsNotOvertaken) {
   // The head needs 8 blocks, only 5 are free: the small one behind it waits,
   // so a big request is never starved by small ones.
-  std::vector<WaitingCandidate> w = {{128, 10}, {16, 10}};
+  std::vector<WaitingCandidate> w = {{8, 10}, {1, 10}};
   EXPECT_EQ(AdmitCount(w, Limits(5)), 0);
 }
 
 TEST(AdmissionPolicyTest, BatchSizeBounds) {
-  std::vector<WaitingCandidate> w(5, {16, 1});
+  std::vector<WaitingCandidate> w(5, {1, 1});
   EXPECT_EQ(AdmitCount(w, Limits(100, /*running=*/14, /*max_batch=*/16)), 2);
   EXPECT_EQ(AdmitCount(w, Limits(100, 16, 16)), 0);
 }
 
 TEST(AdmissionPolicyTest, PrefillBudgetKeepsDecodeGoingButNeverStarvesLongPrompts) {
-  std::vector<WaitingCandidate> w = {{8000, 6000}, {16, 10}};
+  std::vector<WaitingCandidate> w = {{500, 6000}, {1, 10}};
   // The first exceeds the budget alone and is admitted anyway; the second waits.
   EXPECT_EQ(AdmitCount(w, Limits(1000, 0, 16, 4096)), 1);
-  std::vector<WaitingCandidate> small = {{100, 2000}, {100, 2000}, {100, 2000}};
+  std::vector<WaitingCandidate> small = {{7, 2000}, {7, 2000}, {7, 2000}};
   EXPECT_EQ(AdmitCount(small, Limits(1000, 0, 16, 4096)), 2);
 }
 

@@ -1,8 +1,8 @@
 // FakeStepExecutor: a StepExecutor (engine/scheduler/step_executor.h) without
 // a model, so the scheduler loop is tested on its own
 // (docs/kv-cache-and-scheduling.md, "The scheduler loop"). It counts KV blocks
-// as the paged cache does (a sequence holds ceil(reserve_tokens / block_size)
-// from Admit to Release), keeps each prompt's progress in its Sequence's
+// as the paged cache does (a sequence holds reserve_blocks from Admit to
+// Release), keeps each prompt's progress in its Sequence's
 // prompt_state as ModelExecutor does, answers kToken for every decoding
 // sequence and every prompt whose last chunk ran, and records every Run() with
 // the state it saw. A test can hold the loop inside one Run() (PauseWhen) to
@@ -58,11 +58,10 @@ class FakeStepExecutor final : public StepExecutor {
  public:
   static constexpr int32_t kToken = 'a';  // byte-level id of "a"
 
-  FakeStepExecutor(int64_t total_blocks, int64_t block_size)
-      : total_(total_blocks), block_size_(block_size), free_(total_blocks) {}
+  explicit FakeStepExecutor(int64_t total_blocks) : total_(total_blocks), free_(total_blocks) {}
 
   Status Admit(Sequence& seq) override {
-    const int64_t need = (seq.reserve_tokens + block_size_ - 1) / block_size_;
+    const int64_t need = seq.reserve_blocks;
     std::lock_guard<std::mutex> lock(mu_);
     if (need > free_) {
       ++admit_failures_;
@@ -208,7 +207,6 @@ class FakeStepExecutor final : public StepExecutor {
   }
 
   const int64_t total_;
-  const int64_t block_size_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

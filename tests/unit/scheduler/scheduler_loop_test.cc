@@ -36,6 +36,7 @@ using fake::FakeStepExecutor;
 using fake::RunRecord;
 using std::chrono::milliseconds;
 
+constexpr int64_t kBlockSize = 4;      // tokens per block, as the tests count them
 constexpr milliseconds kWait{30000};  // generous: the machine may pause us
 
 // Records what the loop reports for one request.
@@ -129,8 +130,8 @@ class SchedulerLoopTest : public ::testing::Test {
   // max_step_tokens = `step_tokens`, blocks of 4 tokens.
   void Start(int64_t batch, int64_t step_tokens, int64_t total_blocks, int64_t max_queue = 100) {
     ASSERT_NE(tokenizer_, nullptr);
-    limits_ = StepLimits{batch, step_tokens, /*max_prefill_tokens=*/4096, /*block_size=*/4};
-    auto executor = std::make_unique<FakeStepExecutor>(total_blocks, limits_.block_size);
+    limits_ = StepLimits{batch, step_tokens, /*max_prefill_tokens=*/4096};
+    auto executor = std::make_unique<FakeStepExecutor>(total_blocks);
     fake_ = executor.get();
     scheduler_ =
         std::make_unique<Scheduler>(std::move(executor), SchedulerOptions{limits_, max_queue});
@@ -145,7 +146,7 @@ class SchedulerLoopTest : public ::testing::Test {
     seq->prompt.assign(static_cast<size_t>(prompt), 'p');
     seq->compression.method = engine::KvMethod::kNone;
     seq->max_new_tokens = max_new;
-    seq->reserve_tokens = prompt + max_new;
+    seq->reserve_blocks = (prompt + max_new + kBlockSize - 1) / kBlockSize;
     auto sink = std::make_shared<RecordingSink>();
     sinks_[id] = sink;
     seq->sink = sink;

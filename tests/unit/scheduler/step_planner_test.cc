@@ -8,7 +8,7 @@ namespace snapserve::scheduler {
 namespace {
 
 StepLimits Limits(int64_t step_tokens = 64, int64_t max_batch = 16, int64_t max_prefill = 4096) {
-  return {max_batch, step_tokens, max_prefill, 16};
+  return {max_batch, step_tokens, max_prefill};
 }
 
 std::vector<int64_t> ChunkTokens(const StepPlan& plan) {
@@ -90,7 +90,7 @@ TEST(StepPlannerTest, AdmittedPromptsGetChunksInTheSameStep) {
   in.limits = Limits(/*step_tokens=*/64);
   in.free_blocks = 100;
   in.decoding = {{1}};
-  in.waiting = {{20, 100, 90}};
+  in.waiting = {{20, 7, 90}};
   const StepPlan plan = Schedule(in);
   EXPECT_EQ(plan.admit, (std::vector<int64_t>{20}));
   ASSERT_EQ(plan.prefill.size(), 1u);
@@ -104,7 +104,7 @@ TEST(StepPlannerTest, EndedRequestsLeaveWhereverTheyAreAndFreeTheirRoom) {
   in.free_blocks = 100;
   in.decoding = {{1, /*ends=*/true}, {2}};
   in.prefilling = {{10, 50, 50, /*ends=*/true}};
-  in.waiting = {{20, 16, 10, /*ends=*/true}, {21, 16, 10}};
+  in.waiting = {{20, 1, 10, /*ends=*/true}, {21, 1, 10}};
   const StepPlan plan = Schedule(in);
   EXPECT_EQ(plan.end, (std::vector<int64_t>{20, 10, 1}));
   EXPECT_EQ(plan.decode, (std::vector<int64_t>{2}));
@@ -118,16 +118,16 @@ TEST(StepPlannerTest, AdmissionKeepsFcfsBlocksAndTheInPrefillBound) {
   in.limits = Limits(/*step_tokens=*/64, /*max_batch=*/16, /*max_prefill=*/1000);
   // The head needs 8 blocks (128 tokens), only 5 free: nobody overtakes it.
   in.free_blocks = 5;
-  in.waiting = {{20, 128, 100}, {21, 16, 10}};
+  in.waiting = {{20, 8, 100}, {21, 1, 10}};
   EXPECT_TRUE(Schedule(in).admit.empty());
   // A prompt in prefill holds 900 of the 1000-token bound: the 200-token head waits.
   in.free_blocks = 100;
-  in.waiting = {{20, 256, 200}};
+  in.waiting = {{20, 16, 200}};
   in.prefilling = {{10, 900, 900}};
   EXPECT_TRUE(Schedule(in).admit.empty());
   // With none in prefill the head is admitted whatever its length.
   in.prefilling.clear();
-  in.waiting = {{20, 3000, 3000}, {21, 16, 10}};
+  in.waiting = {{20, 188, 3000}, {21, 1, 10}};
   in.free_blocks = 1000;
   EXPECT_EQ(Schedule(in).admit, (std::vector<int64_t>{20}));
 }

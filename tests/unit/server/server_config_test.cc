@@ -140,7 +140,7 @@ TEST(ServerConfigTest, UnknownNamesListTheAcceptedValues) {
   };
   for (const Case& c : {
            Case{"--default-kv-method=h2o",
-                "--default-kv-method: expected one of snapkv|streaming_llm|none, got 'h2o'"},
+                "--default-kv-method: expected one of snapkv|streaming_llm|adakv|pyramidkv|none, got 'h2o'"},
            Case{"--snapkv-pooling=min", "--snapkv-pooling: expected one of max|avg, got 'min'"},
            Case{"--dtype=int8", "--dtype: expected one of float32|bfloat16|float16, got 'int8'"},
            Case{"--device=tpu", "--device: expected cpu, cuda or cuda:N, got 'tpu'"},
@@ -154,7 +154,7 @@ TEST(ServerConfigTest, UnknownNamesListTheAcceptedValues) {
   ParseResult env = Parse({}, {{"SNAPSERVE_DEFAULT_KV_METHOD", "None"}});
   EXPECT_EQ(env.exit_code, 2);
   EXPECT_EQ(env.message,
-            "SNAPSERVE_DEFAULT_KV_METHOD: expected one of snapkv|streaming_llm|none, got 'None'");
+            "SNAPSERVE_DEFAULT_KV_METHOD: expected one of snapkv|streaming_llm|adakv|pyramidkv|none, got 'None'");
   EXPECT_FALSE(ParseKvMethod("").ok());
   EXPECT_FALSE(ParseKvPooling("MAX").ok());
   EXPECT_FALSE(ParseDtype("fp16").ok());
@@ -204,6 +204,15 @@ TEST(ServerConfigTest, DashesUnderscoresAndSeparateValues) {
   EXPECT_EQ(r.config.engine.kv_cache_memory_bytes, int64_t{512} << 20);
   EXPECT_EQ(r.config.engine.max_queue, 7);
   EXPECT_EQ(r.config.engine.model_path, "/m.gguf");
+}
+
+TEST(ServerConfigTest, KvCachePrefaultIsABoolean) {
+  EXPECT_FALSE(Parse({}).config.engine.kv_cache_prefault);
+  EXPECT_TRUE(Parse({"--kv-cache-prefault=true"}).config.engine.kv_cache_prefault);
+  EXPECT_TRUE(Parse({}, {{"SNAPSERVE_KV_CACHE_PREFAULT", "true"}}).config.engine.kv_cache_prefault);
+  ParseResult bad = Parse({"--kv-cache-prefault=yes"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.message.find("--kv-cache-prefault"), std::string::npos) << bad.message;
 }
 
 TEST(ServerConfigTest, EnvironmentIsOverriddenByCommandLine) {

@@ -26,6 +26,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from reference import adaptive_kv as ref  # noqa: E402
+from snapserve_testkit.calls import wait_for  # noqa: E402
 from snapserve_testkit.metrics import value as metric  # noqa: E402
 from test_snapkv_e2e import _margin_report  # noqa: E402
 
@@ -150,9 +151,11 @@ def test_policies_mixed_in_one_batch_free_every_block(stub, pb, prompts, server)
     for r, m in zip(results, ("SNAPKV", "PYRAMIDKV", "ADAKV", "STREAMING_LLM")):
         assert r.usage.kv_method == getattr(pb2.KvCompression, m)
         assert r.usage.completion_tokens == 8
-    text = server.metrics_text()
-    assert metric(text, "snapserve_requests_running") == 0
-    assert metric(text, "snapserve_kv_cache_usage_ratio") == 0
+    def settled():  # the gauges are sampled every 200 ms
+        t = server.metrics_text()
+        return (metric(t, "snapserve_requests_running") == 0 and
+                metric(t, "snapserve_kv_cache_usage_ratio") == 0 and t)
+    assert wait_for(settled, timeout=5, interval=0.2), server.metrics_text()
 
 
 def test_model_info_reports_the_defaults(stub, pb):

@@ -615,7 +615,9 @@ def test_64_streams_with_cancellations_and_deadlines(stub, pb, server, info):
 
     # Every block is free again and nothing runs or waits (the gauges are
     # sampled every 200 ms).
-    total_blocks = info.kv_cache_capacity_tokens // BLOCK_SIZE
+    # A block holds BLOCK_SIZE entries of one layer and KV head.
+    total_blocks = (info.kv_cache_capacity_tokens // BLOCK_SIZE * info.num_layers *
+                    info.num_key_value_heads)
 
     def settled():
         t = scrape(server.metrics_port)
@@ -653,10 +655,11 @@ def test_deadline_while_queued_and_running_frees_blocks(stub, pb, server, info):
     13 blocks each) fit the cache together, so the batch, not the KV cache,
     is what holds the request back."""
     pb2 = pb[0]
-    total_blocks = info.kv_cache_capacity_tokens // BLOCK_SIZE
+    token_blocks = info.kv_cache_capacity_tokens // BLOCK_SIZE  # blocks of every layer and head
+    total_blocks = token_blocks * info.num_layers * info.num_key_value_heads
     filler_new = 200
     assert MAX_BATCH * math.ceil((len(tokenize(stub, pb, SHORT_PROMPT)) + filler_new) / BLOCK_SIZE) \
-        <= total_blocks, "the fillers must be limited by the batch, not the KV cache"
+        <= token_blocks, "the fillers must be limited by the batch, not the KV cache"
     before = metric(scrape(server.metrics_port), "snapserve_requests_total",
                     {"status": "DEADLINE_EXCEEDED"})
 

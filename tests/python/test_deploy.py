@@ -91,10 +91,41 @@ def of_kind(docs, kind):
     return [d for d in docs if d["kind"] == kind]
 
 
+# The eks-gpu overlay's log shipper (fluent-bit.yaml) brings its own
+# ConfigMap, ServiceAccount and Namespace; `one` means the application's.
+LOG_SHIPPER = "fluent-bit"
+
+
+def is_log_shipper(doc):
+    return doc["metadata"].get("labels", {}).get("app.kubernetes.io/name") == LOG_SHIPPER
+
+
 def one(docs, kind):
-    found = of_kind(docs, kind)
+    found = [d for d in of_kind(docs, kind) if not is_log_shipper(d)]
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
+
+
+def fluent_bit_sections(conf):
+    """Fluent Bit's classic config as [(section, {key: value})]."""
+    sections = []
+    for line in conf.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            sections.append((line[1:-1], {}))
+        else:
+            key, _, value = line.partition(" ")
+            sections[-1][1][key] = value.strip()
+    return sections
+
+
+def fluent_bit_config():
+    """The eks-gpu overlay's Fluent Bit sections and its rendered documents."""
+    docs = [d for d in render("eks-gpu") if is_log_shipper(d)]
+    (cm,) = of_kind(docs, "ConfigMap")
+    return fluent_bit_sections(cm["data"]["fluent-bit.conf"]), cm, docs
 
 
 def selects(selector, labels):
@@ -703,3 +734,61 @@ def test_metric_names_exist_in_real_scrape(start_server, model_path):
     # Every metric family of docs/metrics.md shows up somewhere in the dashboard or rules.
     unused = sorted(f for f in families if not any(u == f or u.startswith(f + "_") for u in used))
     assert not unused, f"exported metrics that no dashboard/rule/autoscaler uses: {unused}"
+
+
+def test_eks_gpu_ships_snapserve_logs_to_cloudwatch():
+    """Fluent Bit tails exactly the snapserve containers' log files, keeps the
+    JSON lines and sends each unchanged as one CloudWatch event (log_key), to
+    the log group the README's queries run on."""
+    import fnmatch
+    sections, cm, docs = fluent_bit_config()
+    app = render("eks-gpu")
+    dep = one(app, "Deployment")
+    ns = dep["metadata"]["namespace"]
+    (container,) = [c["name"] for c in dep["spec"]["template"]["spec"]["containers"]]
+    (tail,) = [kv for name, kv in sections if name == "INPUT"]
+    assert tail["Name"] == "tail" and tail["multiline.parser"] == "cri"
+    # kubelet: /var/log/containers/<pod>_<namespace>_<container>-<container id>.log
+    ours = f"/var/log/containers/{dep['metadata']['name']}-6d8f9c7b5-x2k4q_{ns}_{container}-{'a1' * 32}.log"
+    assert fnmatch.fnmatch(ours, tail["Path"]), (ours, tail["Path"])
+    for other in (f"/var/log/containers/coredns-5d78c9869d-abcde_kube-system_coredns-{'b2' * 32}.log",
+                  f"/var/log/containers/{dep['metadata']['name']}-6d8f9c7b5-x2k4q_{ns}_istio-proxy-{'c3' * 32}.log"):
+        assert not fnmatch.fnmatch(other, tail["Path"]), other
+    (out,) = [kv for name, kv in sections if name == "OUTPUT"]
+    assert out["Name"] == "cloudwatch_logs" and out["log_key"] == "log"
+    assert out["log_group_name"] == "/snapserve/${CLUSTER_NAME}"
+    assert out["Match"] == tail["Tag"]
+    # Every ${VAR} the config reads is in the container's environment.
+    (ds,) = of_kind(docs, "DaemonSet")
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    env = {e["name"] for e in c["env"]}
+    used = set(re.findall(r"\$\{(\w+)\}", cm["data"]["fluent-bit.conf"]))
+    assert used and used <= env, (used, env)
+    for e in c["env"]:
+        ref = e.get("valueFrom", {}).get("configMapKeyRef")
+        if ref:
+            assert ref["name"] == cm["metadata"]["name"] and ref["key"] in cm["data"], e
+    # /var/log read-only from the node; the IRSA role on its service account,
+    # bound to read pod metadata.
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert mounts["/var/log"].get("readOnly") is True
+    sa_name = ds["spec"]["template"]["spec"]["serviceAccountName"]
+    (sa,) = [d for d in of_kind(docs, "ServiceAccount") if d["metadata"]["name"] == sa_name]
+    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+    (binding,) = of_kind(docs, "ClusterRoleBinding")
+    assert {"kind": "ServiceAccount", "name": sa_name,
+            "namespace": sa["metadata"]["namespace"]} in binding["subjects"]
+    # It must run where snapserve runs: the GPU NodePool's tainted nodes.
+    assert any(t.get("operator") == "Exists" and "key" not in t
+               for t in ds["spec"]["template"]["spec"]["tolerations"])
+    readme = (ROOT / "README.md").read_text()
+    assert "/snapserve/<cluster>" in readme, "README must name the log group the queries run on"
+
+
+def fluent_bit_keeps(line):
+    """Whether the overlay's grep filter passes a log line to CloudWatch."""
+    sections, _, _ = fluent_bit_config()
+    (grep,) = [kv for name, kv in sections if name == "FILTER" and kv["Name"] == "grep"]
+    key, _, pattern = grep["Regex"].partition(" ")
+    assert key == "log"
+    return re.search(pattern, line) is not None

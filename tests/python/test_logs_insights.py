@@ -105,6 +105,12 @@ def test_logs_insights_queries_over_real_log_lines(start_server, model_path, pb)
     assert not short.usage.HasField("retained_attention_ratio")
     assert short.usage.kv_method == pb2.KvCompression.NONE
 
+    # What the eks-gpu overlay's Fluent Bit ships: every line the server wrote
+    # (all JSON objects), and nothing that is not one.
+    from test_deploy import fluent_bit_keeps
+    assert all(fluent_bit_keeps(line) for line in raw if line.strip()), raw[:5]
+    assert not fluent_bit_keeps("I1202 19:00:00.000 kubelet.go:1] not json")
+
     latency_query, compression_query = _readme_queries()
     got = _run_query(compression_query, raw)
     kept_shares = [u.kv_kept_entries / u.kv_prompt_entries for u, _ in compressed.values()]

@@ -63,7 +63,7 @@ struct KvCompressionConfig {
   int64_t capacity = 1024;  // C, the API's max_capacity_prompt (SnapKV: window included)
   int64_t kernel_size = 7;  // SnapKV
   KvPooling pooling = KvPooling::kMax;  // SnapKV
-  int64_t sink_tokens = 4;  // StreamingLLM's always-kept first positions (the paper's 4)
+  int64_t sink_tokens = 4;    // StreamingLLM's always-kept first positions (the paper's 4)
   double adakv_alpha = 0.2;   // AdaKV: share of C every KV head keeps at least (kvpress's 0.2)
   int64_t pyramid_beta = 20;  // PyramidKV: steepness; the last layer keeps about C / beta
   // Server-side only (not in the API): how a GQA group's heads are combined.

@@ -19,8 +19,8 @@ namespace snapserve::engine {
 struct Usage {
   uint32_t prompt_tokens = 0;
   uint32_t completion_tokens = 0;
-  uint32_t kv_prompt_entries = 0;  // per layer and KV head, before compression
-  uint32_t kv_kept_entries = 0;    // after compression (mean per layer and KV head)
+  uint32_t kv_prompt_entries = 0;      // per layer and KV head, before compression
+  uint32_t kv_kept_entries = 0;        // after compression (mean per layer and KV head)
   uint64_t kv_kept_entries_total = 0;  // over every layer and KV head
   uint64_t kv_bytes_held = 0;          // bytes of the blocks holding them
   float compression_ratio = 1;

@@ -197,12 +197,13 @@ const std::vector<FlagSpec>& Flags() {
        "true|false: write the whole KV cache once at start, so resident memory is the full "
        "cache from the first second and stays flat under load",
        [](ServerConfig& c, const std::string& v) {
-         if (v != "true" && v != "false")
-           return "expected true or false, got '" + Bounded(v) + "'";
+         if (v != "true" && v != "false") return "expected true or false, got '" + Bounded(v) + "'";
          c.engine.kv_cache_prefault = v == "true";
          return std::string();
        },
-       [](const ServerConfig& c) { return std::string(c.engine.kv_cache_prefault ? "true" : "false"); }},
+       [](const ServerConfig& c) {
+         return std::string(c.engine.kv_cache_prefault ? "true" : "false");
+       }},
       {"block-size", "tokens per KV cache block",
        [](ServerConfig& c, const std::string& v) {
          return SetInt(c.engine.block_size, v, 1, 1024);
@@ -281,8 +282,7 @@ const std::vector<FlagSpec>& Flags() {
        [](const ServerConfig& c) {
          return std::to_string(c.engine.default_kv_compression.sink_tokens);
        }},
-      {"adakv-alpha",
-       "AdaKV: share of C every KV head keeps at least, in [0, 1] (the safeguard)",
+      {"adakv-alpha", "AdaKV: share of C every KV head keeps at least, in [0, 1] (the safeguard)",
        [](ServerConfig& c, const std::string& v) {
          char* end = nullptr;
          const double x = std::strtod(v.c_str(), &end);

@@ -58,9 +58,8 @@ AdaKvSelection AdaKvSelect(const at::Tensor& pooled, int64_t window, int64_t cap
     const auto& row = kept[static_cast<size_t>(g)];
     std::copy(row.begin(), row.end(), padded.begin() + static_cast<std::ptrdiff_t>(g * widest));
   }
-  out.positions = at::from_blob(padded.data(), {heads, widest}, at::kLong)
-                      .clone()
-                      .to(pooled.device());
+  out.positions =
+      at::from_blob(padded.data(), {heads, widest}, at::kLong).clone().to(pooled.device());
   return out;
 }
 

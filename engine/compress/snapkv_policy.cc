@@ -58,7 +58,8 @@ Status ValidateAdaptive(const KvCompressionConfig& config, int64_t max_context) 
                    "must be in [0, 1], got " + std::to_string(config.adakv_alpha));
   }
   if (config.method == KvMethod::kPyramidKv && config.pyramid_beta < 1) {
-    return Invalid("pyramid_beta", "must be at least 1, got " + std::to_string(config.pyramid_beta));
+    return Invalid("pyramid_beta",
+                   "must be at least 1, got " + std::to_string(config.pyramid_beta));
   }
   return Status::Ok();
 }
@@ -130,8 +131,8 @@ std::vector<int64_t> PyramidLayerBudgets(const KvCompressionConfig& config, int6
     max_num = static_cast<double>(n) - w;
     min_num = 2 * c - max_num;
   }
-  const bool pyramid = num_layers > 1 && static_cast<double>(n) >= max_num && max_num >= min_num &&
-                       min_num >= w;
+  const bool pyramid =
+      num_layers > 1 && static_cast<double>(n) >= max_num && max_num >= min_num && min_num >= w;
   std::vector<int64_t> budgets(static_cast<size_t>(num_layers), config.capacity);
   if (!pyramid) return budgets;  // no pyramid fits: SnapKV's uniform C
   const double steps = (max_num - min_num) / static_cast<double>(num_layers - 1);
@@ -152,8 +153,8 @@ bool HeadsShareBudget(const KvCompressionConfig& config, int64_t n) {
 }
 
 int64_t AdaKvHeadFloor(const KvCompressionConfig& config) {
-  const auto at_least = static_cast<int64_t>(std::floor(config.adakv_alpha *
-                                                        static_cast<double>(config.capacity)));
+  const auto at_least =
+      static_cast<int64_t>(std::floor(config.adakv_alpha * static_cast<double>(config.capacity)));
   return std::min(config.capacity, std::max(at_least, config.window));
 }
 

@@ -41,8 +41,7 @@ int64_t KeptEntries(const KvCompressionConfig& config, int64_t n);
 // layer KeptEntries(config, n), except PyramidKV's decreasing budgets
 // (PyramidLayerBudgets). With AdaKV (HeadsShareBudget) a layer's heads keep
 // budget * num_kv_heads entries together, split unevenly.
-std::vector<int64_t> LayerBudgets(const KvCompressionConfig& config, int64_t n,
-                                  int64_t num_layers);
+std::vector<int64_t> LayerBudgets(const KvCompressionConfig& config, int64_t n, int64_t num_layers);
 
 // PyramidKV's per-layer budgets for a compressed prompt of n > C tokens
 // (docs/compression-policies.md, "PyramidKV"): a straight line from layer 0 to

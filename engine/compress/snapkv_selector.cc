@@ -49,7 +49,8 @@ kv::KvSelector MakeSnapKvSelector(const KvCompressionConfig& config,
                                                    const at::Tensor& k, const at::Tensor& v) {
     const auto start = std::chrono::steady_clock::now();
     kernels::SnapKvParams params = base;
-    if (!layer_capacities.empty()) params.capacity = layer_capacities.at(static_cast<size_t>(layer));
+    if (!layer_capacities.empty())
+      params.capacity = layer_capacities.at(static_cast<size_t>(layer));
     // q [num_heads, r, d] holds the prompt's last r >= w queries (kv_store.h):
     // the observation window is its last w rows.
     const at::Tensor q_window = q.narrow(1, q.size(1) - params.window, params.window);

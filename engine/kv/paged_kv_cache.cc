@@ -158,9 +158,9 @@ void PagedKvCache::SetSelector(int64_t seq, KvSelector selector) {
 }
 
 int64_t PagedKvCache::num_tokens(int64_t seq, int64_t layer, int64_t kv_head) const {
-  TORCH_CHECK(layer >= 0 && layer < config_.num_layers && kv_head >= 0 &&
-                  kv_head < config_.num_kv_heads,
-              "PagedKvCache: no lane (", layer, ", ", kv_head, ")");
+  TORCH_CHECK(
+      layer >= 0 && layer < config_.num_layers && kv_head >= 0 && kv_head < config_.num_kv_heads,
+      "PagedKvCache: no lane (", layer, ", ", kv_head, ")");
   return Find(seq).lanes[static_cast<size_t>(layer * config_.num_kv_heads + kv_head)].num_tokens();
 }
 
@@ -172,7 +172,8 @@ int64_t PagedKvCache::total_entries(int64_t seq) const {
 
 int64_t PagedKvCache::bytes_held(int64_t seq) const {
   int64_t blocks = 0;
-  for (const BlockTable& lane : Find(seq).lanes) blocks += static_cast<int64_t>(lane.block_ids().size());
+  for (const BlockTable& lane : Find(seq).lanes)
+    blocks += static_cast<int64_t>(lane.block_ids().size());
   return blocks * BytesPerBlock(config_);
 }
 
@@ -228,8 +229,7 @@ void PagedKvCache::StorePrefillLayer(int64_t seq, int64_t layer, const at::Tenso
   at::Tensor flat_k = kept.k.to(opts).reshape({heads * m, 1, config_.head_dim});
   at::Tensor flat_v = kept.v.to(opts).reshape({heads * m, 1, config_.head_dim});
   if (static_cast<int64_t>(rows.size()) != heads * m) {
-    const at::Tensor index =
-        to_device(rows, {static_cast<int64_t>(rows.size())}, config_.device);
+    const at::Tensor index = to_device(rows, {static_cast<int64_t>(rows.size())}, config_.device);
     flat_k = flat_k.index_select(0, index);
     flat_v = flat_v.index_select(0, index);
   }
@@ -354,8 +354,9 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::Gather(int64_t seq, int64_t laye
   std::vector<at::Tensor> values;
   for (int64_t g = 0; g < config_.num_kv_heads; ++g) {
     auto [k, v] = GatherLane(seq, layer, g);
-    TORCH_CHECK(keys.empty() || k.size(0) == keys.front().size(0), "PagedKvCache: the KV heads of layer ",
-                layer, " hold different counts; use GatherLane");
+    TORCH_CHECK(keys.empty() || k.size(0) == keys.front().size(0),
+                "PagedKvCache: the KV heads of layer ", layer,
+                " hold different counts; use GatherLane");
     keys.push_back(std::move(k));
     values.push_back(std::move(v));
   }

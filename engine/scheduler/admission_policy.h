@@ -27,7 +27,7 @@ struct WaitingCandidate {
   // KV blocks reserved: what min(n, C) + max_new_tokens entries take in
   // every layer and KV head (PagedKvCache::BlocksFor)
   int64_t reserve_blocks = 0;
-  int64_t prompt_tokens = 0;   // prefill work
+  int64_t prompt_tokens = 0;  // prefill work
 };
 
 // How many requests from the front of `waiting` (in order) to admit now. The

@@ -43,9 +43,9 @@ class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
 
-  // Reserves the admitted sequence's blocks (seq.reserve_blocks) and begins its prompt: sets seq.prompt_state, whose done/n() the
-  // loop reads to plan the prompt's chunks. Not OK (INTERNAL) when the
-  // reservation that admission checked fails after all.
+  // Reserves the admitted sequence's blocks (seq.reserve_blocks) and begins its prompt: sets
+  // seq.prompt_state, whose done/n() the loop reads to plan the prompt's chunks. Not OK (INTERNAL)
+  // when the reservation that admission checked fails after all.
   virtual Status Admit(Sequence& seq) = 0;
   // Frees whatever `seq` holds: its blocks and its prompt state. Called for
   // every sequence that ends, admitted or not.

@@ -22,8 +22,7 @@ std::vector<int64_t> Admit(const ScheduleInput& in, const std::vector<WaitingReq
   std::vector<WaitingCandidate> candidates;
   candidates.reserve(waiting.size());
   for (const WaitingRequest& w : waiting) candidates.push_back({w.reserve_blocks, w.prompt_tokens});
-  const AdmissionLimits limits{in.free_blocks, admitted_now,
-                               in.limits.max_batch_size, budget};
+  const AdmissionLimits limits{in.free_blocks, admitted_now, in.limits.max_batch_size, budget};
   const int64_t count = AdmitCount(candidates, limits);
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < count; ++i) ids.push_back(waiting[static_cast<size_t>(i)].id);

@@ -77,7 +77,6 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
       "adakv_select(Tensor q_window, Tensor keys, int capacity, int kernel_size, str pooling, "
       "float alpha) -> (Tensor, Tensor)",
       &adakv_select_op);
-  m.def(
-      "pyramid_layer_budgets(int n, int num_layers, int capacity, int window, int beta) -> int[]",
-      &pyramid_layer_budgets_op);
+  m.def("pyramid_layer_budgets(int n, int num_layers, int capacity, int window, int beta) -> int[]",
+        &pyramid_layer_budgets_op);
 }

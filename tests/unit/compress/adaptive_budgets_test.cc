@@ -23,8 +23,7 @@ TEST(AdaptivePolicies, ValidateTheirOwnFields) {
   req.adakv_alpha = 1.5;
   auto bad = ResolveCompression(defaults, req, kMaxContext);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("kv_compression.adakv_alpha_safeguard"),
-            std::string::npos)
+  EXPECT_NE(bad.status().message().find("kv_compression.adakv_alpha_safeguard"), std::string::npos)
       << bad.status().message();
   req.adakv_alpha = 0.5;
   req.kernel_size = 4;  // SnapKV's fields apply: they rank SnapKV's scores

@@ -36,7 +36,7 @@ using fake::FakeStepExecutor;
 using fake::RunRecord;
 using std::chrono::milliseconds;
 
-constexpr int64_t kBlockSize = 4;      // tokens per block, as the tests count them
+constexpr int64_t kBlockSize = 4;     // tokens per block, as the tests count them
 constexpr milliseconds kWait{30000};  // generous: the machine may pause us
 
 // Records what the loop reports for one request.

@@ -140,7 +140,8 @@ TEST(ServerConfigTest, UnknownNamesListTheAcceptedValues) {
   };
   for (const Case& c : {
            Case{"--default-kv-method=h2o",
-                "--default-kv-method: expected one of snapkv|streaming_llm|adakv|pyramidkv|none, got 'h2o'"},
+                "--default-kv-method: expected one of snapkv|streaming_llm|adakv|pyramidkv|none, "
+                "got 'h2o'"},
            Case{"--snapkv-pooling=min", "--snapkv-pooling: expected one of max|avg, got 'min'"},
            Case{"--dtype=int8", "--dtype: expected one of float32|bfloat16|float16, got 'int8'"},
            Case{"--device=tpu", "--device: expected cpu, cuda or cuda:N, got 'tpu'"},
@@ -154,7 +155,8 @@ TEST(ServerConfigTest, UnknownNamesListTheAcceptedValues) {
   ParseResult env = Parse({}, {{"SNAPSERVE_DEFAULT_KV_METHOD", "None"}});
   EXPECT_EQ(env.exit_code, 2);
   EXPECT_EQ(env.message,
-            "SNAPSERVE_DEFAULT_KV_METHOD: expected one of snapkv|streaming_llm|adakv|pyramidkv|none, got 'None'");
+            "SNAPSERVE_DEFAULT_KV_METHOD: expected one of "
+            "snapkv|streaming_llm|adakv|pyramidkv|none, got 'None'");
   EXPECT_FALSE(ParseKvMethod("").ok());
   EXPECT_FALSE(ParseKvPooling("MAX").ok());
   EXPECT_FALSE(ParseDtype("fp16").ok());

@@ -5,6 +5,7 @@
 
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "engine/compress/adakv_selector.h"
 #include "engine/compress/snapkv_selector.h"
@@ -20,41 +21,29 @@ Status ModelExecutor::Admit(Sequence& seq) {
   const int64_t n = static_cast<int64_t>(seq.prompt.size());
   kv::KvSelector selector;
   int64_t query_rows = 0;  // SnapKV's observation window needs the last w queries
-  if (compress::ShouldCompress(seq.compression, n)) {
-    switch (seq.compression.method) {
-      case engine::KvMethod::kSnapKv:
-        seq.snapkv_timer = std::make_shared<compress::SelectionTimer>();
-        seq.retained_attention = std::make_shared<compress::RetainedAttention>();
-        selector =
-            compress::MakeSnapKvSelector(seq.compression, seq.snapkv_timer, seq.retained_attention);
-        query_rows = seq.compression.window;
-        break;
-      case engine::KvMethod::kStreamingLlm:
-        // No scoring for the selection, nothing worth timing; the window's
-        // queries only measure the retained attention
-        // (docs/compression-policies.md, "Retained attention").
-        seq.retained_attention = std::make_shared<compress::RetainedAttention>();
-        selector = compress::MakeStreamingLlmSelector(seq.compression, seq.retained_attention);
-        query_rows = compress::StreamingLlmScoreWindow(seq.compression, n);
-        break;
-      case engine::KvMethod::kAdaKv:
-        seq.snapkv_timer = std::make_shared<compress::SelectionTimer>();
-        seq.retained_attention = std::make_shared<compress::RetainedAttention>();
-        selector =
-            compress::MakeAdaKvSelector(seq.compression, seq.snapkv_timer, seq.retained_attention);
-        query_rows = seq.compression.window;
-        break;
-      case engine::KvMethod::kPyramidKv:
-        seq.snapkv_timer = std::make_shared<compress::SelectionTimer>();
-        seq.retained_attention = std::make_shared<compress::RetainedAttention>();
-        selector = compress::MakeSnapKvSelector(
-            seq.compression, seq.snapkv_timer, seq.retained_attention,
-            compress::PyramidLayerBudgets(seq.compression, n, cache_.config().num_layers));
-        query_rows = seq.compression.window;
-        break;
-      case engine::KvMethod::kNone:
-        break;
+  const engine::KvMethod method = seq.compression.method;
+  if (method == engine::KvMethod::kStreamingLlm && compress::ShouldCompress(seq.compression, n)) {
+    // No scoring for the selection, nothing worth timing; the window's
+    // queries only measure the retained attention
+    // (docs/compression-policies.md, "Retained attention").
+    seq.retained_attention = std::make_shared<compress::RetainedAttention>();
+    selector = compress::MakeStreamingLlmSelector(seq.compression, seq.retained_attention);
+    query_rows = compress::StreamingLlmScoreWindow(seq.compression, n);
+  } else if (method != engine::KvMethod::kNone && compress::ShouldCompress(seq.compression, n)) {
+    // SnapKV, AdaKV and PyramidKV rank SnapKV's scores over the window.
+    seq.snapkv_timer = std::make_shared<compress::SelectionTimer>();
+    seq.retained_attention = std::make_shared<compress::RetainedAttention>();
+    std::vector<int64_t> layer_capacities;  // empty: C in every layer
+    if (method == engine::KvMethod::kPyramidKv) {
+      layer_capacities =
+          compress::PyramidLayerBudgets(seq.compression, n, cache_.config().num_layers);
     }
+    selector =
+        method == engine::KvMethod::kAdaKv
+            ? compress::MakeAdaKvSelector(seq.compression, seq.snapkv_timer, seq.retained_attention)
+            : compress::MakeSnapKvSelector(seq.compression, seq.snapkv_timer,
+                                           seq.retained_attention, layer_capacities);
+    query_rows = seq.compression.window;
   }
   const Status added = cache_.AddSequence(seq.id, seq.reserve_blocks, selector);
   // Admission checked the blocks, so a failure here is an engine fault.

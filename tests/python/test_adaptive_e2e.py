@@ -30,12 +30,9 @@ from snapserve_testkit.calls import wait_for  # noqa: E402
 from snapserve_testkit.metrics import value as metric  # noqa: E402
 from test_snapkv_e2e import _margin_report  # noqa: E402
 
-LICENSES = pathlib.Path("/usr/share/common-licenses")
-MAX_NEW = 16
-# 1280 tokens of every layer and KV head (46080 bytes each, as
-# test_streaming_llm_e2e.py): no prompt here fits uncompressed.
-KV_CACHE_TOKENS = 1280
-KV_CACHE_BYTES = KV_CACHE_TOKENS * 46080
+# A cache of 1280 tokens of every layer and KV head: no prompt here fits
+# uncompressed (test_streaming_llm_e2e.py's settings).
+from test_streaming_llm_e2e import KV_CACHE_BYTES, LICENSES, MAX_NEW  # noqa: E402
 LANES = 30 * 3  # SmolLM2-135M: layers * KV heads
 LANE_BLOCK_BYTES = 2 * 16 * 64 * 4  # K and V of 16 float32 entries of one lane
 

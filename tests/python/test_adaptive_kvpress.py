@@ -39,7 +39,8 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from reference import adaptive_kv as ref  # noqa: E402
 from reference import snapkv as snap_ref  # noqa: E402
-from test_streaming_llm_kvpress import PROMPTS, LICENSES, KVPRESS_PYTHON, SCRIPT  # noqa: E402
+# The same prompts and kvpress venv as the StreamingLLM comparison (its fixtures).
+from test_streaming_llm_kvpress import SCRIPT, kvpress_python, prompts  # noqa: E402,F401
 
 KERNEL = 7
 # (press, config). PyramidKV: a pyramid that fits (C / beta >= w), one capped at
@@ -55,24 +56,6 @@ CASES = [
     ("adakv", {"capacity": 300, "window": 32, "alpha": 0.0}),
 ]
 IDS = [f"{p}-" + "-".join(f"{k}{v}" for k, v in c.items()) for p, c in CASES]
-
-
-@pytest.fixture(scope="module")
-def kvpress_python():
-    if not KVPRESS_PYTHON.is_file():
-        pytest.skip(f"kvpress venv missing: {KVPRESS_PYTHON} (run `scripts/setup.sh kvpress`, "
-                    "which `make test` does)")
-    return KVPRESS_PYTHON
-
-
-@pytest.fixture(scope="module")
-def prompts(pipe):
-    out = []
-    for name, n in PROMPTS:
-        ids = pipe.tokenizer((LICENSES / name).read_text())["input_ids"][:n]
-        assert len(ids) == n, f"{name} has only {len(ids)} tokens"
-        out.append(ids)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """The batcher's core invariant (docs/kv-cache-and-scheduling.md, "Batching
 invariance"): a request's greedy output is identical whether it ran alone or in
 a batch with any others. 32 requests, prompts of 16-3000 tokens, random arrival
-times, a mix of SnapKV budgets and no compression, through a real snapserve
-process."""
+times, a mix of SnapKV budgets, AdaKV, PyramidKV, StreamingLLM and no
+compression, through a real snapserve process."""
 import random
 import threading
 import time
@@ -28,7 +28,8 @@ def make_requests(pb2, ids_source):
     rng.shuffle(lengths)
     for i, n in enumerate(lengths):
         start = rng.randrange(0, len(ids_source) - n)
-        method = rng.choice(["none", "snapkv64", "snapkv256", "default"])
+        method = rng.choice(["none", "snapkv64", "snapkv256", "default", "adakv128",
+                             "pyramidkv256", "streaming128"])
         kv = pb2.KvCompression()
         if method == "none":
             kv.method = pb2.KvCompression.NONE
@@ -38,6 +39,15 @@ def make_requests(pb2, ids_source):
         elif method == "snapkv256":
             kv.method = pb2.KvCompression.SNAPKV
             kv.max_capacity_prompt, kv.window_size, kv.pooling = 256, 32, pb2.KvCompression.AVG
+        elif method == "adakv128":  # per-head lengths in the same batch
+            kv.method = pb2.KvCompression.ADAKV
+            kv.max_capacity_prompt, kv.window_size = 128, 16
+        elif method == "pyramidkv256":  # per-layer lengths in the same batch
+            kv.method = pb2.KvCompression.PYRAMIDKV
+            kv.max_capacity_prompt, kv.window_size, kv.pyramid_beta = 256, 8, 4
+        elif method == "streaming128":
+            kv.method = pb2.KvCompression.STREAMING_LLM
+            kv.max_capacity_prompt = 128
         requests.append(pb2.GenerateRequest(
             request_id=f"inv-{i}",
             input_ids=pb2.TokenIds(ids=ids_source[start:start + n]),

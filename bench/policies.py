@@ -174,7 +174,7 @@ def kvpress_side(texts, passkeys, enc, args, log):
             "params": {"window": args.window, "kernel": args.kernel, "beta": args.beta,
                        "alpha": args.alpha, "sink": args.sink},
             "teacher_forced": [{"name": n, "prompt": p, "cont": cont} for n, p, cont in texts],
-            "greedy": [{"name": n, "prompt": p} for n, p, _ in texts],
+            "greedy": [{"name": n, "prompt": p} for n, p, _ in texts[:args.greedy_texts]],
             "greedy_tokens": args.greedy_tokens, "answer_tokens": args.answer_tokens,
             "passkey": [{"ids": pk["ids"]} for pk in passkeys]}
     (tmp / "in.json").write_text(json.dumps(spec))
@@ -285,10 +285,12 @@ def main():
     ap.add_argument("--alpha", type=float, default=0.2)
     ap.add_argument("--sink", type=int, default=4)
     ap.add_argument("--tf-texts", type=lambda s: s.split(","), default=["GPL-3", "LGPL-2.1"])
-    ap.add_argument("--tf-prompt", type=int, default=2048)
-    ap.add_argument("--tf-len", type=int, default=128)
-    ap.add_argument("--greedy-tokens", type=int, default=32)
-    ap.add_argument("--passkey-length", type=int, default=2048)
+    ap.add_argument("--tf-prompt", type=int, default=1536)
+    ap.add_argument("--tf-len", type=int, default=96)
+    ap.add_argument("--greedy-texts", type=int, default=1,
+                    help="how many of --tf-texts also give the greedy prompts")
+    ap.add_argument("--greedy-tokens", type=int, default=24)
+    ap.add_argument("--passkey-length", type=int, default=1536)
     ap.add_argument("--depths", type=lambda s: [float(x) for x in s.split(",")],
                     default=[0.1, 0.5, 0.9])
     ap.add_argument("--trials", type=int, default=1)
@@ -319,7 +321,7 @@ def main():
                              "ids": passkey_prompt(pipe.tokenizer, enc, args.passkey_length,
                                                    depth, key)})
     tf = teacher_forced(pipe, texts, args, log)
-    server = through_server(texts, passkeys, args, log)
+    server = through_server(texts[:args.greedy_texts], passkeys, args, log)
     kvp = kvpress_side(texts, passkeys, enc, args, log)
     rows = summarize(tf, server, kvp)
     result = {

@@ -32,7 +32,8 @@ from test_snapkv_e2e import _margin_report  # noqa: E402
 
 # A cache of 1280 tokens of every layer and KV head: no prompt here fits
 # uncompressed (test_streaming_llm_e2e.py's settings).
-from test_streaming_llm_e2e import KV_CACHE_BYTES, LICENSES, MAX_NEW  # noqa: E402
+# Its server and prompts fixtures too: the same five texts, the same cache.
+from test_streaming_llm_e2e import MAX_NEW, prompts, server  # noqa: E402,F401
 LANES = 30 * 3  # SmolLM2-135M: layers * KV heads
 LANE_BLOCK_BYTES = 2 * 16 * 64 * 4  # K and V of 16 float32 entries of one lane
 
@@ -49,19 +50,6 @@ CASES = [
     ("ADAKV", "LGPL-2.1", 1400, 128, 16, {"adakv_alpha_safeguard": 0.05}),
 ]
 IDS = [f"{c[0]}-{c[1]}-n{c[2]}-C{c[3]}-w{c[4]}" for c in CASES]
-
-
-@pytest.fixture(scope="module")
-def server(start_module_server, model_path):
-    return start_module_server([f"--model={model_path}", f"--kv-cache-memory={KV_CACHE_BYTES}",
-                                "--default-kv-method=snapkv"])
-
-
-@pytest.fixture(scope="module")
-def prompts(stub, pb):
-    pb2, _ = pb
-    return {name: list(stub.Tokenize(pb2.TokenizeRequest(text=(LICENSES / name).read_text())).ids)
-            for name in sorted({c[1] for c in CASES})}
 
 
 def _request(pb2, ids, method, capacity, window, extra=None, max_new=MAX_NEW):

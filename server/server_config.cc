@@ -172,8 +172,9 @@ const std::vector<FlagSpec>& Flags() {
          return std::string(engine::quant_dot_name(c.engine.quantized_dot));
        }},
       {"prefill-gemm",
-       "GEMM of prompt chunks (CPU): float32 (the decoded model's numbers) | bfloat16 (inputs "
-       "rounded to bfloat16, float32 accumulation; ~4x faster on AVX512_BF16 CPUs)",
+       "GEMMs of prompt chunks (CPU): float32 (the decoded model's numbers) | bfloat16 (linears "
+       "and, on AVX512_BF16 CPUs, attention with inputs rounded to bfloat16 and float32 "
+       "accumulation; several times faster there)",
        [](ServerConfig& c, const std::string& v) {
          return SetParsed(c.engine.prefill_gemm, ParsePrefillGemm(v));
        },

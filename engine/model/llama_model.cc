@@ -5,6 +5,7 @@
 
 #include "engine/model/rope.h"
 #include "kernels/linear.h"
+#include "kernels/prefill_attention.h"
 #include "kernels/rowwise.h"
 
 namespace snapserve::model {
@@ -119,6 +120,13 @@ at::Tensor LlamaModel::ChunkAttention(const at::Tensor& q, const at::Tensor& k, 
     return t.unsqueeze(1).expand({Hkv, H / Hkv, keys, D}).reshape({H, keys, D});
   };
   const bool window = config_.sliding_window > 0 && start + rows > config_.sliding_window;
+  // The bfloat16 prompt precision covers attention's products too
+  // (kernels/prefill_attention.h); LibTorch's float32 flash attention stays
+  // for float32 prompts, other devices and Mistral's window.
+  if (prefill_gemm_ == kernels::PrefillGemm::kBFloat16 && device_.is_cpu() && !window &&
+      q.scalar_type() == at::kFloat && kernels::has_prefill_attention_bf16(D)) {
+    return kernels::prefill_attention_bf16(q, k, v, scale);
+  }
   if (start == 0 && !window) {
     return at::scaled_dot_product_attention(q, repeat(k), repeat(v), std::nullopt, 0.0,
                                             /*is_causal=*/true, scale);

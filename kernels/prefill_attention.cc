@@ -1,0 +1,119 @@
+// Checks, operand packing and the parallel loop of kernels/prefill_attention.h;
+// the tile loop is in prefill_attention_cpu_avx512bf16.cc.
+#include "kernels/prefill_attention.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
+
+#include <vector>
+
+#include "kernels/checks.h"
+#include "kernels/cpu_isa.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+namespace snapserve::kernels {
+
+namespace {
+
+constexpr int64_t kTileKeys = 32;
+
+// CPUID leaf 7, sub-leaf 1, EAX bit 5 (read directly, as cpu_isa.cc reads F16C).
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+#else
+  return false;
+#endif
+}
+
+uint16_t bf16_bits(float x) { return c10::BFloat16(x).x; }
+
+}  // namespace
+
+bool has_prefill_attention_bf16(int64_t head_dim) {
+  static const bool cpu = cpu_isa() >= CpuIsa::kAvx512Vnni && cpu_has_avx512_bf16();
+  return cpu && (head_dim == 64 || head_dim == 128);
+}
+
+at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  double scale) {
+  check_shape(q, "q", {-1, -1, -1});
+  const int64_t H = q.size(0), rows = q.size(1), D = q.size(2);
+  check_shape(k, "k", {-1, -1, D});
+  const int64_t Hkv = k.size(0), keys = k.size(1);
+  check_shape(v, "v", {Hkv, keys, D});
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_cpu(),
+                "prefill_attention_bf16: expected float32 CPU tensors");
+  }
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "prefill_attention_bf16: ", H,
+              " query heads are not a multiple of ", Hkv, " KV heads");
+  TORCH_CHECK(rows <= keys, "prefill_attention_bf16: ", rows, " query rows but only ", keys,
+              " keys");
+  TORCH_CHECK(has_prefill_attention_bf16(D),
+              "prefill_attention_bf16: needs AVX512_BF16 and head size 64 or 128, got ", D);
+  at::Tensor out = at::empty({H, rows, D}, q.options());
+  if (rows == 0) return out;
+
+  const int64_t group_rows = cpu::prefill_attention_group_rows(D);
+  const int64_t rows_padded = (rows + group_rows - 1) / group_rows * group_rows;
+  const int64_t tiles = (keys + kTileKeys - 1) / kTileKeys, half = D / 2;
+  std::vector<uint32_t> q_pairs(static_cast<size_t>(H * rows_padded * half), 0);
+  std::vector<uint16_t> k_tiles(static_cast<size_t>(Hkv * tiles * half * kTileKeys * 2), 0);
+  std::vector<uint16_t> v_pairs(static_cast<size_t>(Hkv * tiles * kTileKeys * D), 0);
+  const auto qa = q.accessor<float, 3>(), ka = k.accessor<float, 3>(), va = v.accessor<float, 3>();
+  const float s = static_cast<float>(scale);
+  at::parallel_for(0, H * rows, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t hr = begin; hr < end; ++hr) {
+      const int64_t h = hr / rows, r = hr % rows;
+      uint32_t* dst = q_pairs.data() + (h * rows_padded + r) * half;
+      for (int64_t t = 0; t < half; ++t) {
+        dst[t] = bf16_bits(qa[h][r][2 * t] * s) |
+                 (static_cast<uint32_t>(bf16_bits(qa[h][r][2 * t + 1] * s)) << 16);
+      }
+    }
+  });
+  at::parallel_for(0, Hkv * keys, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t hk = begin; hk < end; ++hk) {
+      const int64_t g = hk / keys, key = hk % keys, tile = key / kTileKeys, in = key % kTileKeys;
+      uint16_t* kd = k_tiles.data() + (g * tiles + tile) * half * kTileKeys * 2 + in * 2;
+      for (int64_t t = 0; t < half; ++t) {
+        kd[t * kTileKeys * 2] = bf16_bits(ka[g][key][2 * t]);
+        kd[t * kTileKeys * 2 + 1] = bf16_bits(ka[g][key][2 * t + 1]);
+      }
+      uint16_t* vd = v_pairs.data() + (g * tiles * kTileKeys / 2 + key / 2) * D * 2 + key % 2;
+      for (int64_t d = 0; d < D; ++d) vd[d * 2] = bf16_bits(va[g][key][d]);
+    }
+  });
+
+  cpu::PackedAttention p;
+  p.q_pairs = q_pairs.data();
+  p.k_tiles = k_tiles.data();
+  p.v_pairs = v_pairs.data();
+  p.heads = H;
+  p.kv_heads = Hkv;
+  p.rows = rows;
+  p.rows_padded = rows_padded;
+  p.keys = keys;
+  p.tiles = tiles;
+  p.dim = D;
+  float* dst = out.data_ptr<float>();
+  // Items are head-major, so each thread's contiguous share holds whole
+  // causal triangles and the threads' work is even.
+  at::parallel_for(0, H * (rows_padded / group_rows), 1, [&](int64_t begin, int64_t end) {
+#if defined(__x86_64__)
+    cpu::prefill_attention_avx512bf16(p, begin, end, dst);
+#else
+    (void)begin, (void)end;
+#endif
+  });
+  return out;
+}
+
+}  // namespace snapserve::kernels

@@ -1,0 +1,58 @@
+// Causal attention of a prompt chunk with bfloat16 products on CPUs with
+// AVX512_BF16 (vdpbf16ps): the attention half of `--prefill-gemm=bfloat16`
+// (docs/quantized-weights.md, "Prompt GEMM precision").
+//
+// Why a kernel of our own: LibTorch's CPU flash attention multiplies in
+// float32 through MKL, whose sgemm takes its AVX2 path on AMD; at a 2,048-token
+// prompt of the default model that attention was ~40 % of the prefill after
+// the linears moved to the bfloat16 GEMM (perf, stop 24's note). Its bfloat16
+// variant is no faster on this CPU.
+//
+// Numbers: q·scale, k, v and the softmax weights are rounded to bfloat16
+// (round to nearest even); every product is accumulated in float32, the
+// running max, the softmax sums and the output stay float32 (the online
+// softmax of FlashAttention: one pass over the keys). Keys a query may not see
+// (causality) get weight exactly 0.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace snapserve::kernels {
+
+// Whether prefill_attention_bf16 runs here: AVX512_BF16 in the CPU and a
+// kernel ISA cap (SNAPSERVE_CPU_ISA, kernels/cpu_isa.h) of avx512vnni, the
+// widest level. Head sizes 64 and 128 only (every Llama/Mistral shape we
+// serve); otherwise callers keep LibTorch's attention.
+bool has_prefill_attention_bf16(int64_t head_dim);
+
+// q [H, rows, D], k and v [Hkv, keys, D], float32 on the CPU, H a multiple of
+// Hkv (grouped-query attention: query head h reads KV head h / (H / Hkv)),
+// rows <= keys. Query row r sits at position keys - rows + r and sees keys
+// 0 .. keys - rows + r. Returns the attention output [H, rows, D], float32.
+at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  double scale);
+
+namespace cpu {
+
+// Operands laid out for vdpbf16ps (prefill_attention.cc packs them):
+// q_pairs [H][rows_padded][D/2] bf16 pairs of q·scale (as uint32);
+// k_tiles [Hkv][tiles][D/2][32 keys][2] bf16 (a tile is 32 keys, padded with 0);
+// v_pairs [Hkv][tiles·16][D][2] bf16: keys 2s and 2s + 1 side by side.
+struct PackedAttention {
+  const uint32_t* q_pairs = nullptr;
+  const uint16_t* k_tiles = nullptr;
+  const uint16_t* v_pairs = nullptr;
+  int64_t heads = 0, kv_heads = 0, rows = 0, rows_padded = 0, keys = 0, tiles = 0, dim = 0;
+};
+
+// Rows of query head h in groups of prefill_attention_group_rows(D):
+// groups [group_begin, group_end) of every head, items in head-major order.
+int64_t prefill_attention_group_rows(int64_t head_dim);
+void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, int64_t item_end,
+                                  float* out);
+
+}  // namespace cpu
+
+}  // namespace snapserve::kernels

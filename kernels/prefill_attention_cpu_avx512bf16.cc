@@ -1,0 +1,177 @@
+// The AVX512_BF16 tile loop of kernels/prefill_attention.h.
+//
+// A work item is kRows consecutive query rows of one head. Their outputs
+// (kRows x D floats) stay in registers over the whole key loop; keys come in
+// tiles of 32:
+//   1. scores: for each pair t of head dimensions, q's pair broadcast to 16
+//      lanes times the tile's keys' pairs (two registers of 16 keys), one
+//      vdpbf16ps each;
+//   2. online softmax per row: the running max moves to the tile's max, the
+//      outputs and the sum are rescaled by exp(old max - new max), the
+//      tile's weights are exp(score - max) (0 where causality hides a key);
+//   3. weights · V: the 32 weights, rounded to bf16 pairs by one
+//      vcvtne2ps2bf16, are broadcast a pair at a time against V's rows laid
+//      out as key pairs, one vdpbf16ps per 16 output dimensions.
+#include "kernels/prefill_attention.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+// GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
+// masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace snapserve::kernels::cpu {
+
+namespace {
+
+#define SNAPSERVE_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+
+constexpr int kTileKeys = 32;
+
+// exp(x) for x <= 0 (scores minus their running max): 2^n · p(r), a degree-6
+// polynomial as kernels/exp_avx2.h's with fused multiply-adds; x below -87
+// is clamped there (exp(-87) ~ 1.6e-38 against a row sum >= 1: nothing a
+// bfloat16 weight can hold).
+SNAPSERVE_BF16 inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+template <int kDim, int kRows>
+SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t row0, float* out) {
+  constexpr int kPairs = kDim / 2, kVecs = kDim / 16;
+  const int64_t group = pa.heads / pa.kv_heads, kv = head / group;
+  const int64_t first_pos = pa.keys - pa.rows;  // position of query row 0
+  const int64_t valid = std::min<int64_t>(kRows, pa.rows - row0);
+  const int64_t last_pos = first_pos + row0 + valid - 1;
+  const int64_t tiles = last_pos / kTileKeys + 1;
+  const uint32_t* q = pa.q_pairs + (head * pa.rows_padded + row0) * kPairs;
+  const uint16_t* kt = pa.k_tiles + kv * pa.tiles * kPairs * kTileKeys * 2;
+  const uint16_t* vp = pa.v_pairs + kv * pa.tiles * (kTileKeys / 2) * kDim * 2;
+
+  __m512 acc[kRows][kVecs];
+  float row_max[kRows], row_sum[kRows];
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_setzero_ps();
+    row_max[i] = -std::numeric_limits<float>::infinity();
+    row_sum[i] = 0.0f;
+  }
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  alignas(64) uint32_t weights[kRows][kTileKeys / 2];
+
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    __m512 s[kRows][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) s[i][0] = s[i][1] = _mm512_setzero_ps();
+    const uint16_t* kp = kt + tile * kPairs * kTileKeys * 2;
+    for (int t = 0; t < kPairs; ++t) {
+      const __m512bh k0 = (__m512bh)_mm512_loadu_si512(kp + t * kTileKeys * 2);
+      const __m512bh k1 = (__m512bh)_mm512_loadu_si512(kp + t * kTileKeys * 2 + 32);
+#pragma GCC unroll 8
+      for (int i = 0; i < kRows; ++i) {
+        const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(q[i * kPairs + t]));
+        s[i][0] = _mm512_dpbf16_ps(s[i][0], b, k0);
+        s[i][1] = _mm512_dpbf16_ps(s[i][1], b, k1);
+      }
+    }
+    const int64_t key0 = tile * kTileKeys;
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+      // Keys after the row's position (and the tile's zero padding past the
+      // last key, which lies after every position) get no weight.
+      const int64_t seen = first_pos + row0 + i - key0 + 1;  // keys of this tile it sees
+      const __m512i limit = _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(seen, 0, 32)));
+      const __mmask16 m0 = _mm512_cmplt_epi32_mask(lane, limit);
+      const __mmask16 m1 =
+          _mm512_cmplt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(16)), limit);
+      const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+      const float tile_max = _mm512_reduce_max_ps(_mm512_max_ps(
+          _mm512_mask_mov_ps(ninf, m0, s[i][0]), _mm512_mask_mov_ps(ninf, m1, s[i][1])));
+      const float new_max = std::max(row_max[i], tile_max);
+      // A row that sees none of this tile keeps its state (new_max is finite
+      // from tile 0 on, which every row sees: its key 0).
+      const float rescale = std::exp(row_max[i] - new_max);
+      const __m512 mx = _mm512_set1_ps(new_max);
+      const __m512 p0 = _mm512_maskz_mov_ps(m0, exp_nonpositive(_mm512_sub_ps(s[i][0], mx)));
+      const __m512 p1 = _mm512_maskz_mov_ps(m1, exp_nonpositive(_mm512_sub_ps(s[i][1], mx)));
+      row_sum[i] = row_sum[i] * rescale + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+      row_max[i] = new_max;
+      const __m512 sc = _mm512_set1_ps(rescale);
+#pragma GCC unroll 8
+      for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_mul_ps(acc[i][j], sc);
+      // Lane l of the result: keys 2l and 2l + 1 of the tile as a bf16 pair.
+      _mm512_store_si512(weights[i], (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+    }
+    const uint16_t* vt = vp + tile * (kTileKeys / 2) * kDim * 2;
+#pragma GCC unroll 16
+    for (int pair = 0; pair < kTileKeys / 2; ++pair) {
+      __m512bh v[kVecs];
+#pragma GCC unroll 8
+      for (int j = 0; j < kVecs; ++j) {
+        v[j] = (__m512bh)_mm512_loadu_si512(vt + (pair * kDim + j * 16) * 2);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < kRows; ++i) {
+        const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int>(weights[i][pair]));
+#pragma GCC unroll 8
+        for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], w, v[j]);
+      }
+    }
+  }
+  // A constant trip count with a test inside, not i < valid: indexing acc by
+  // a run-time row would force it out of registers for the whole loop.
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
+    if (i >= valid) break;
+    const __m512 inv = _mm512_set1_ps(1.0f / row_sum[i]);
+    float* dst = out + (head * pa.rows + row0 + i) * kDim;
+#pragma GCC unroll 8
+    for (int j = 0; j < kVecs; ++j) _mm512_storeu_ps(dst + j * 16, _mm512_mul_ps(acc[i][j], inv));
+  }
+}
+
+template <int kDim>
+void attend_items(const PackedAttention& pa, int64_t begin, int64_t end, float* out) {
+  constexpr int kRows = 256 / kDim;  // kRows x kDim / 16 = 16 accumulators
+  const int64_t groups = pa.rows_padded / kRows;
+  for (int64_t item = begin; item < end; ++item) {
+    attend_rows<kDim, kRows>(pa, item / groups, (item % groups) * kRows, out);
+  }
+}
+
+}  // namespace
+
+int64_t prefill_attention_group_rows(int64_t head_dim) { return 256 / head_dim; }
+
+void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, int64_t item_end,
+                                  float* out) {
+  if (p.dim == 64) {
+    attend_items<64>(p, item_begin, item_end, out);
+  } else {
+    attend_items<128>(p, item_begin, item_end, out);
+  }
+}
+
+}  // namespace snapserve::kernels::cpu
+
+#endif

@@ -1,0 +1,100 @@
+// The bfloat16 prompt attention (kernels/prefill_attention.h) against a
+// float64 softmax attention over the same bfloat16-rounded operands, on
+// chunk shapes the model produces: whole prompts, later chunks (fewer rows
+// than keys), grouped-query heads, row and key counts that are not multiples
+// of the kernel's groups and tiles.
+#include "kernels/prefill_attention.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace snapserve::kernels {
+namespace {
+
+struct Shape {
+  int64_t heads, kv_heads, rows, keys, dim;
+};
+
+// Float64 attention of bfloat16-rounded q·scale, k and v; row r at position
+// keys - rows + r sees keys <= its position + shift (shift -1: one key fewer).
+at::Tensor Reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                     int64_t shift = 0) {
+  auto round = [](const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kDouble); };
+  const int64_t H = q.size(0), rows = q.size(1), Hkv = k.size(0), keys = k.size(1);
+  at::Tensor qd = round(q * scale);
+  at::Tensor kd = round(k).repeat_interleave(H / Hkv, 0);
+  at::Tensor vd = round(v).repeat_interleave(H / Hkv, 0);
+  at::Tensor scores = at::matmul(qd, kd.transpose(1, 2));  // [H, rows, keys]
+  at::Tensor pos = at::arange(keys - rows, keys, at::kLong).unsqueeze(1);
+  at::Tensor key = at::arange(keys, at::kLong).unsqueeze(0);
+  scores = scores.masked_fill(key > pos + shift, -INFINITY);
+  return at::matmul(at::softmax(scores, -1), vd);
+}
+
+// The kernel also rounds the softmax weights to bfloat16 (relative error
+// <= 2^-9 each, plus a few float32 ulps from exp and the sums): the output, a
+// weighted mean of v's rows, moves by at most ~2 * 2^-9 * max|v|. 2^-8 * max|v|.
+double Bound(const at::Tensor& v) { return std::ldexp(v.abs().max().item<double>(), -8); }
+
+class PrefillAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!has_prefill_attention_bf16(64)) {
+      GTEST_SKIP() << "no AVX512_BF16 path on this CPU or under this SNAPSERVE_CPU_ISA cap";
+    }
+  }
+};
+
+TEST_F(PrefillAttentionTest, MatchesFloat64SoftmaxAttention) {
+  at::manual_seed(0);
+  const Shape shapes[] = {{9, 3, 37, 37, 64},  {9, 3, 300, 300, 64}, {9, 3, 50, 133, 64},
+                          {4, 4, 1, 77, 64},   {3, 1, 33, 64, 64},   {8, 2, 65, 65, 128},
+                          {8, 2, 7, 200, 128}, {2, 2, 32, 32, 64}};
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(::testing::Message() << "H=" << s.heads << " Hkv=" << s.kv_heads << " rows="
+                                      << s.rows << " keys=" << s.keys << " D=" << s.dim);
+    // Scores of a few units, as the model's: softmax neither flat nor one-hot.
+    const at::Tensor q = at::randn({s.heads, s.rows, s.dim}) * 2;
+    const at::Tensor k = at::randn({s.kv_heads, s.keys, s.dim});
+    const at::Tensor v = at::randn({s.kv_heads, s.keys, s.dim});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.dim));
+    const at::Tensor got = prefill_attention_bf16(q, k, v, scale);
+    ASSERT_EQ(got.sizes(), q.sizes());
+    const at::Tensor want = Reference(q, k, v, scale);
+    const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
+    EXPECT_LE(err, Bound(v));
+    // The bound has teeth: hiding each row's own key moves some output further.
+    const double shifted = (Reference(q, k, v, scale, -1) - want).abs().max().item<double>();
+    if (s.keys > s.rows) EXPECT_GT(shifted, Bound(v));
+  }
+}
+
+TEST_F(PrefillAttentionTest, RowsDoNotDependOnTheChunkAroundThem) {
+  // A later chunk's rows equal the same rows of the whole prompt's call: the
+  // engine's chunked prefill must not change a prompt's numbers.
+  at::manual_seed(1);
+  const at::Tensor q = at::randn({9, 130, 64}), k = at::randn({3, 130, 64}),
+                   v = at::randn({3, 130, 64});
+  const at::Tensor whole = prefill_attention_bf16(q, k, v, 0.125);
+  const at::Tensor tail = prefill_attention_bf16(q.narrow(1, 70, 60).contiguous(), k, v, 0.125);
+  EXPECT_TRUE(at::equal(tail, whole.narrow(1, 70, 60)));
+}
+
+TEST_F(PrefillAttentionTest, RejectsShapesItCannotServe) {
+  const at::Tensor k = at::randn({3, 8, 64}), v = at::randn({3, 8, 64});
+  EXPECT_THROW(prefill_attention_bf16(at::randn({9, 9, 64}), k, v, 1.0),
+               c10::Error);  // rows > keys
+  EXPECT_THROW(prefill_attention_bf16(at::randn({8, 4, 64}), k, v, 1.0), c10::Error);  // 8 % 3
+  EXPECT_THROW(prefill_attention_bf16(at::randn({9, 4, 64}), k, v.narrow(1, 0, 7), 1.0),
+               c10::Error);
+  EXPECT_THROW(prefill_attention_bf16(at::randn({3, 4, 96}), at::randn({3, 8, 96}),
+                                      at::randn({3, 8, 96}), 1.0),
+               c10::Error);  // head size 96
+  EXPECT_FALSE(has_prefill_attention_bf16(96));
+}
+
+}  // namespace
+}  // namespace snapserve::kernels

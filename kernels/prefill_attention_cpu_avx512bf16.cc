@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 
 // GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
@@ -55,6 +56,14 @@ SNAPSERVE_BF16 inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// 32 bfloat16 values (16 pairs) from memory, and one pair in every lane.
+SNAPSERVE_BF16 inline __m512bh load_pairs(const uint16_t* p) {
+  return __builtin_bit_cast(__m512bh, _mm512_loadu_si512(p));
+}
+SNAPSERVE_BF16 inline __m512bh broadcast_pair(uint32_t pair) {
+  return __builtin_bit_cast(__m512bh, _mm512_set1_epi32(static_cast<int>(pair)));
+}
+
 template <int kDim, int kRows>
 SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t row0, float* out) {
   constexpr int kPairs = kDim / 2, kVecs = kDim / 16;
@@ -85,11 +94,12 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
     for (int i = 0; i < kRows; ++i) s[i][0] = s[i][1] = _mm512_setzero_ps();
     const uint16_t* kp = kt + tile * kPairs * kTileKeys * 2;
     for (int t = 0; t < kPairs; ++t) {
-      const __m512bh k0 = (__m512bh)_mm512_loadu_si512(kp + t * kTileKeys * 2);
-      const __m512bh k1 = (__m512bh)_mm512_loadu_si512(kp + t * kTileKeys * 2 + 32);
+      const uint16_t* kpt = kp + static_cast<ptrdiff_t>(t) * kTileKeys * 2;
+      const __m512bh k0 = load_pairs(kpt);
+      const __m512bh k1 = load_pairs(kpt + 32);
 #pragma GCC unroll 8
       for (int i = 0; i < kRows; ++i) {
-        const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(q[i * kPairs + t]));
+        const __m512bh b = broadcast_pair(q[i * kPairs + t]);
         s[i][0] = _mm512_dpbf16_ps(s[i][0], b, k0);
         s[i][1] = _mm512_dpbf16_ps(s[i][1], b, k1);
       }
@@ -120,7 +130,7 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
 #pragma GCC unroll 8
       for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_mul_ps(acc[i][j], sc);
       // Lane l of the result: keys 2l and 2l + 1 of the tile as a bf16 pair.
-      _mm512_store_si512(weights[i], (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+      _mm512_store_si512(weights[i], __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(p1, p0)));
     }
     const uint16_t* vt = vp + tile * (kTileKeys / 2) * kDim * 2;
 #pragma GCC unroll 16
@@ -128,11 +138,11 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
       __m512bh v[kVecs];
 #pragma GCC unroll 8
       for (int j = 0; j < kVecs; ++j) {
-        v[j] = (__m512bh)_mm512_loadu_si512(vt + (pair * kDim + j * 16) * 2);
+        v[j] = load_pairs(vt + static_cast<ptrdiff_t>(pair * kDim + j * 16) * 2);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < kRows; ++i) {
-        const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int>(weights[i][pair]));
+        const __m512bh w = broadcast_pair(weights[i][pair]);
 #pragma GCC unroll 8
         for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], w, v[j]);
       }
@@ -146,7 +156,9 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
     const __m512 inv = _mm512_set1_ps(1.0f / row_sum[i]);
     float* dst = out + (head * pa.rows + row0 + i) * kDim;
 #pragma GCC unroll 8
-    for (int j = 0; j < kVecs; ++j) _mm512_storeu_ps(dst + j * 16, _mm512_mul_ps(acc[i][j], inv));
+    for (int j = 0; j < kVecs; ++j) {
+      _mm512_storeu_ps(dst + static_cast<ptrdiff_t>(j) * 16, _mm512_mul_ps(acc[i][j], inv));
+    }
   }
 }
 

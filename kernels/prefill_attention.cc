@@ -92,17 +92,16 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
     }
   });
 
-  cpu::PackedAttention p;
-  p.q_pairs = q_pairs.data();
-  p.k_tiles = k_tiles.data();
-  p.v_pairs = v_pairs.data();
-  p.heads = H;
-  p.kv_heads = Hkv;
-  p.rows = rows;
-  p.rows_padded = rows_padded;
-  p.keys = keys;
-  p.tiles = tiles;
-  p.dim = D;
+  const cpu::PackedAttention p{.q_pairs = q_pairs.data(),
+                               .k_tiles = k_tiles.data(),
+                               .v_pairs = v_pairs.data(),
+                               .heads = H,
+                               .kv_heads = Hkv,
+                               .rows = rows,
+                               .rows_padded = rows_padded,
+                               .keys = keys,
+                               .tiles = tiles,
+                               .dim = D};
   float* dst = out.data_ptr<float>();
   // Items are head-major, so each thread's contiguous share holds whole
   // causal triangles and the threads' work is even.

@@ -56,11 +56,18 @@ def make_requests(pb2, ids_source):
     return requests
 
 
+# The default path, and the fast one (int8 block dots at decode, bfloat16
+# GEMMs and attention for prompts: kernels/prefill_attention.h), where a
+# prompt's chunks may be cut differently alone and in a busy batch.
+PATHS = {"exact": [], "int8-bf16prefill": ["--quantized-dot=int8", "--prefill-gemm=bfloat16"]}
+
+
 @pytest.mark.slow
-def test_greedy_output_is_the_same_alone_and_batched(start_server, model_path, pb):
+@pytest.mark.parametrize("path", list(PATHS))
+def test_greedy_output_is_the_same_alone_and_batched(start_server, model_path, pb, path):
     pb2, pb2_grpc = pb
     server = start_server([f"--model={model_path}", "--max-batch-size=32", "--max-queue=64",
-                           "--snapkv-capacity=512", "--snapkv-window=32"])
+                           "--snapkv-capacity=512", "--snapkv-window=32", *PATHS[path]])
     with grpc.insecure_channel(server.target) as channel:
         stub = pb2_grpc.GenerationStub(channel)
         with open(GPL) as f:

@@ -134,6 +134,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
       try {
         SNAPSERVE_ASSIGN_OR_RETURN(impl->model, model::LoadModel(options.model_path, dtype, device,
                                                                  log, options.quantized_dot));
+        // Its bfloat16 copies are made here too, for the same reason.
+        impl->model->set_prefill_gemm(options.prefill_gemm);
         SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));
       } catch (const std::exception& e) {
         return Status::Internal(options.model_path +
@@ -144,7 +146,6 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   });
   loader.join();
   if (!loaded.ok()) return loaded;
-  impl->model->set_prefill_gemm(options.prefill_gemm);
   const model::ModelConfig& mc = impl->model->config();
 
   // Server defaults must be valid on their own (an empty request takes them all).

@@ -80,6 +80,10 @@ at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w, PrefillGemm 
   const int64_t n = w.size(0), k = w.size(1);
   if (xc.size(0) > kLinearSmallRows) {
     if (w.scalar_type() == at::kFloat && gemm == PrefillGemm::kFloat32) return at::linear(xc, w);
+    if (w.scalar_type() == at::kBFloat16 && gemm == PrefillGemm::kBFloat16) {
+      // Already in the GEMM's precision: one product, no slices to stage.
+      return at::linear(xc.to(at::kBFloat16), w).to(at::kFloat);
+    }
     // A bfloat16 slice stays bfloat16 for the bfloat16 GEMM.
     const at::ScalarType slice_dtype =
         gemm == PrefillGemm::kBFloat16 ? w.scalar_type() : at::kFloat;

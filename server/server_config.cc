@@ -174,7 +174,8 @@ const std::vector<FlagSpec>& Flags() {
       {"prefill-gemm",
        "GEMMs of prompt chunks (CPU): float32 (the decoded model's numbers) | bfloat16 (linears "
        "and, on AVX512_BF16 CPUs, attention with inputs rounded to bfloat16 and float32 "
-       "accumulation; several times faster there)",
+       "accumulation; several times faster there; keeps a bfloat16 copy of the layers' matrices, "
+       "2 bytes per weight)",
        [](ServerConfig& c, const std::string& v) {
          return SetParsed(c.engine.prefill_gemm, ParsePrefillGemm(v));
        },

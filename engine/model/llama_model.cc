@@ -6,6 +6,7 @@
 #include "engine/model/rope.h"
 #include "kernels/linear.h"
 #include "kernels/prefill_attention.h"
+#include "kernels/quant_matrix.h"
 #include "kernels/rowwise.h"
 
 namespace snapserve::model {
@@ -32,7 +33,40 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType 
   w_.final_norm = w_.final_norm.to(compute_dtype_);
 }
 
+namespace {
+
+// `w` decoded and rounded to bfloat16, a row group at a time (a group's
+// float32 copy is the only transient).
+at::Tensor BFloat16Copy(const LinearWeight& w) {
+  if (!w.quantized()) return w.dense.to(at::kBFloat16);
+  std::vector<at::Tensor> groups;
+  for (const kernels::QuantMatrix& part : w.parts) {
+    groups.push_back(kernels::dequantize(part).to(at::kBFloat16));
+  }
+  return at::cat(groups, 0);
+}
+
+}  // namespace
+
+void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
+  prefill_gemm_ = gemm;
+  // The LM head is left out: a prefill asks it for one row of logits.
+  const bool keep = gemm == kernels::PrefillGemm::kBFloat16 && device_.is_cpu();
+  for (LayerWeights& l : w_.layers) {
+    for (LinearWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) {
+      if (!keep) {
+        w->prefill_bf16 = at::Tensor();
+      } else if (!w->prefill_bf16.defined()) {
+        w->prefill_bf16 = BFloat16Copy(*w);
+      }
+    }
+  }
+}
+
 at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const {
+  if (w.prefill_bf16.defined() && x.size(0) > kernels::kLinearSmallRows) {
+    return kernels::linear_float32(x, w.prefill_bf16, prefill_gemm_);
+  }
   // GGUF blocks (CPU only): decoded row by row inside the kernel; a matrix of
   // several block types is computed a row group at a time.
   if (w.quantized()) {

@@ -78,8 +78,9 @@ class LlamaModel {
   void set_quant_dot(kernels::QuantDot dot) { quant_dot_ = dot; }
   kernels::QuantDot quant_dot() const { return quant_dot_; }
   // The GEMM of prompt-sized batches on CPU (kernels/linear.h): float32 (the
-  // default) or bfloat16 inputs with float32 accumulation.
-  void set_prefill_gemm(kernels::PrefillGemm gemm) { prefill_gemm_ = gemm; }
+  // default) or bfloat16 inputs with float32 accumulation. bfloat16 keeps a
+  // bfloat16 copy of each layer's matrices for it (2 bytes per weight).
+  void set_prefill_gemm(kernels::PrefillGemm gemm);
 
   const ModelConfig& config() const { return config_; }
   // Storage dtype of the weights (and of a KV cache made for this model).

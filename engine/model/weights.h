@@ -33,6 +33,10 @@ void LogToStderr(const std::string& line);
 struct LinearWeight {
   at::Tensor dense;                         // defined when not quantized
   std::vector<kernels::QuantMatrix> parts;  // else: row groups, in order
+  // The whole matrix decoded and rounded to bfloat16, kept for prompt-sized
+  // GEMMs under --prefill-gemm=bfloat16 (LlamaModel::set_prefill_gemm) so no
+  // chunk decodes and rounds the weights again; undefined otherwise.
+  at::Tensor prefill_bf16;
 
   bool quantized() const { return !dense.defined(); }
   int64_t rows() const;

@@ -9,8 +9,10 @@ file itself, `Q8_0`, and a llama.cpp-style `Q4_K_M` mix (ffn_down Q4_K, the
 rest Q5_0). Each quantized model runs with --quantized-dot exact and int8.
 Figures, medians of --runs: batch-1 decode step (after a 512-token prompt),
 batch-16 decode step (16 prompts of 64-200 tokens; model_greedy_batch),
-prefill of 512 tokens; weight bytes a decode step streams, and what share of
-the machine's measured read bandwidth that is at batch 1.
+prefill of 512 tokens; the bytes a batch-1 decode step reads (the layers'
+matrices, the LM head, and the float32 KV cache of the 512-token prompt and
+the steps so far, at their mean length) and what share of the machine's
+measured read bandwidth that is (the roofline share).
 
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/quantized_decode.py [--threads 2]
 """
@@ -41,6 +43,28 @@ def weight_bytes(path):
     import gguf
     return sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors
                if len(t.shape) == 2 and t.name.startswith("blk."))
+
+
+def lm_head_bytes(path):
+    """The LM head's bytes: output.weight, or the tied token embedding."""
+    import gguf
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    return int(tensors.get("output.weight", tensors["token_embd.weight"]).n_bytes)
+
+
+def kv_bytes_per_position(path):
+    """Float32 K and V of one position over all layers and KV heads."""
+    import gguf
+    r = gguf.GGUFReader(path)
+
+    def field(key):
+        f = r.fields[key]
+        return int(f.parts[f.data[0]][0])
+
+    arch = "llama"
+    heads = field(f"{arch}.attention.head_count")
+    head_dim = field(f"{arch}.embedding_length") // heads
+    return field(f"{arch}.block_count") * field(f"{arch}.attention.head_count_kv") * head_dim * 2 * 4
 
 
 def batch16_step_s(ops, path, dtype, prompts, steps):
@@ -81,6 +105,9 @@ def main():
                 gguf_requant.requantize_file(model, path, mix)
             paths = ["exact"] if name == "f32" else ["exact", "int8"]
             wbytes = weight_bytes(path)
+            # Mean KV length over the timed steps: the prompt plus half the steps.
+            kv = kv_bytes_per_position(path) * (len(ids) + args.steps // 2)
+            step_bytes = wbytes + lm_head_bytes(path) + kv
             for dot in paths:
                 dtype = "float32" if dot == "exact" else "float32:int8"
                 ops.model_time(path, dtype, ids[:16], 2)  # load and warm
@@ -97,7 +124,9 @@ def main():
                        "batch16_tok_s": 16 / statistics.median(b16),
                        "prefill512_tok_s": statistics.median(pre)}
                 row["batch1_weight_gb_s"] = wbytes / statistics.median(b1) / 1e9
-                row["batch1_share_of_bandwidth"] = row["batch1_weight_gb_s"] / bandwidth["gb_per_s"]
+                row["bytes_per_step"] = step_bytes
+                row["batch1_gb_s"] = step_bytes / statistics.median(b1) / 1e9
+                row["batch1_share_of_bandwidth"] = row["batch1_gb_s"] / bandwidth["gb_per_s"]
                 c.log(row)
                 rows.append(row)
     c.write_json(args.out, {"benchmark": "quantized_decode", "machine": c.machine_info(args.threads),

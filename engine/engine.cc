@@ -151,8 +151,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   // Server defaults must be valid on their own (an empty request takes them all).
   StatusOr<KvCompressionConfig> defaults = compress::ResolveCompression(
       options.default_kv_compression, KvCompressionOverrides{}, mc.max_context);
-  if (!defaults.ok())
+  if (!defaults.ok()) {
     return Status::InvalidArgument("server defaults: " + defaults.status().message());
+  }
 
   kv::PagedKvCacheConfig kc;
   kc.num_layers = mc.num_layers;

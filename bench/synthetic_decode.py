@@ -58,6 +58,8 @@ def parse_args(argv=None):
     ap.add_argument("--decode-steps", type=int, default=16, help="batch-1 steps per run")
     ap.add_argument("--batch-prompt", type=int, default=16, help="tokens per batch-16 prompt")
     ap.add_argument("--batch-steps", type=int, default=8, help="batch-16 steps per run")
+    ap.add_argument("--quantized-dot", choices=["exact", "int8"], default="exact",
+                    help="how decode multiplies GGUF blocks (the server's --quantized-dot)")
     ap.add_argument("--quick", action="store_true", help="1 run, fewer tokens (smoke run)")
     ap.add_argument("--full", action="store_true", help="also llama-3.1-8b in q4_k and q8_0")
     ap.add_argument("--out", default="synthetic_decode.json", help="file name under bench/results/")
@@ -146,6 +148,8 @@ def main():
     for preset, fmt in cases:
         spec = f"synthetic:{preset}?format={fmt}&seed={args.seed}"
         dtype = DTYPE_OF_FORMAT.get(fmt, "float32")
+        if args.quantized_dot == "int8" and fmt not in DTYPE_OF_FORMAT:
+            dtype += ":int8"
         common.log(f"{spec} ({dtype}, {args.threads} threads)")
         child = [a for a in sys.argv[1:] if not a.startswith("--child")]
         proc = subprocess.run([sys.executable, __file__, *child, "--child", f"{spec}|{dtype}"],
@@ -171,6 +175,7 @@ def main():
                     prefill_tokens=args.prefill_tokens, prompt_tokens=args.prompt_tokens,
                     decode_steps=args.decode_steps, batch=BATCH, batch_prompt=args.batch_prompt,
                     batch_steps=args.batch_steps, quick=args.quick, full=args.full,
+                    quantized_dot=args.quantized_dot,
                     omp_wait_policy=child_env()["OMP_WAIT_POLICY"],
                     note="random weights and random token ids; forward pass only (torch ops, "
                          "DenseKvStore, CPU); numbers from a shared, noisy machine are "

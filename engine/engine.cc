@@ -136,6 +136,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
                                                                  log, options.quantized_dot));
         // Its bfloat16 copies are made here too, for the same reason.
         impl->model->set_prefill_gemm(options.prefill_gemm);
+        if (const int64_t copy = impl->model->prefill_copy_bytes(); copy > 0) {
+          log("prefill GEMM: bfloat16 copies of the layers' matrices, " +
+              std::to_string(copy >> 20) + " MiB");
+        }
         SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));
       } catch (const std::exception& e) {
         return Status::Internal(options.model_path +

@@ -63,6 +63,16 @@ void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
   }
 }
 
+int64_t LlamaModel::prefill_copy_bytes() const {
+  int64_t bytes = 0;
+  for (const LayerWeights& l : w_.layers) {
+    for (const LinearWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) {
+      if (w->prefill_bf16.defined()) bytes += static_cast<int64_t>(w->prefill_bf16.nbytes());
+    }
+  }
+  return bytes;
+}
+
 at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const {
   if (w.prefill_bf16.defined() && x.size(0) > kernels::kLinearSmallRows) {
     return kernels::linear_float32(x, w.prefill_bf16, prefill_gemm_);

@@ -81,6 +81,8 @@ class LlamaModel {
   // default) or bfloat16 inputs with float32 accumulation. bfloat16 keeps a
   // bfloat16 copy of each layer's matrices for it (2 bytes per weight).
   void set_prefill_gemm(kernels::PrefillGemm gemm);
+  // Bytes of those bfloat16 copies (0 when none are kept).
+  int64_t prefill_copy_bytes() const;
 
   const ModelConfig& config() const { return config_; }
   // Storage dtype of the weights (and of a KV cache made for this model).

@@ -50,27 +50,22 @@ at::Tensor BFloat16Copy(const LinearWeight& w) {
 
 void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
   prefill_gemm_ = gemm;
+  prefill_copy_bytes_ = 0;
   // The LM head is left out: a prefill asks it for one row of logits.
   const bool keep = gemm == kernels::PrefillGemm::kBFloat16 && device_.is_cpu();
   for (LayerWeights& l : w_.layers) {
     for (LinearWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) {
       if (!keep) {
         w->prefill_bf16 = at::Tensor();
-      } else if (!w->prefill_bf16.defined()) {
-        w->prefill_bf16 = BFloat16Copy(*w);
+        continue;
+      }
+      if (!w->prefill_bf16.defined()) w->prefill_bf16 = BFloat16Copy(*w);
+      // A bfloat16 dense weight is its own "copy": no extra bytes.
+      if (!w->prefill_bf16.is_same(w->dense)) {
+        prefill_copy_bytes_ += static_cast<int64_t>(w->prefill_bf16.nbytes());
       }
     }
   }
-}
-
-int64_t LlamaModel::prefill_copy_bytes() const {
-  int64_t bytes = 0;
-  for (const LayerWeights& l : w_.layers) {
-    for (const LinearWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) {
-      if (w->prefill_bf16.defined()) bytes += static_cast<int64_t>(w->prefill_bf16.nbytes());
-    }
-  }
-  return bytes;
 }
 
 at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const {

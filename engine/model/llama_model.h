@@ -82,7 +82,7 @@ class LlamaModel {
   // bfloat16 copy of each layer's matrices for it (2 bytes per weight).
   void set_prefill_gemm(kernels::PrefillGemm gemm);
   // Bytes of those bfloat16 copies (0 when none are kept).
-  int64_t prefill_copy_bytes() const;
+  int64_t prefill_copy_bytes() const { return prefill_copy_bytes_; }
 
   const ModelConfig& config() const { return config_; }
   // Storage dtype of the weights (and of a KV cache made for this model).
@@ -145,6 +145,7 @@ class LlamaModel {
   at::Tensor inv_freq_;  // [head_dim / 2] float32
   kernels::QuantDot quant_dot_ = kernels::QuantDot::kExact;
   kernels::PrefillGemm prefill_gemm_ = kernels::PrefillGemm::kFloat32;
+  int64_t prefill_copy_bytes_ = 0;
 };
 
 // Loads a model: a .gguf file, a Hugging Face directory (config.json +

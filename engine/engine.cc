@@ -137,7 +137,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
         // Its bfloat16 copies are made here too, for the same reason.
         impl->model->set_prefill_gemm(options.prefill_gemm);
         if (const int64_t copy = impl->model->prefill_copy_bytes(); copy > 0) {
-          log("prefill GEMM: bfloat16 copies of the layers' matrices, " +
+          log(std::string("prefill GEMM: ") + prefill_gemm_name(options.prefill_gemm) +
+              " copies of the layers' matrices, " +
               std::to_string(copy >> 20) + " MiB");
         }
         SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));

@@ -56,6 +56,8 @@ const char* prefill_gemm_name(PrefillGemm gemm) {
       return "float32";
     case PrefillGemm::kBFloat16:
       return "bfloat16";
+    case PrefillGemm::kInt8:
+      return "int8";
   }
   return "unknown";
 }

@@ -90,7 +90,7 @@ const char* kv_method_name(KvMethod method);
 const char* kv_pooling_name(KvPooling pooling);
 const char* dtype_name(Dtype dtype);
 const char* quant_dot_name(QuantDot dot);         // "exact", "int8"
-const char* prefill_gemm_name(PrefillGemm gemm);  // "float32", "bfloat16"
+const char* prefill_gemm_name(PrefillGemm gemm);  // "float32", "bfloat16", "int8"
 std::string device_name(const Device& device);
 const char* finish_reason_name(FinishReason reason);
 

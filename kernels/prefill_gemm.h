@@ -15,6 +15,11 @@ enum class PrefillGemm {
   // 1,536: 755 against 170 GFLOP/s on two Zen cores, whose MKL sgemm takes
   // its AVX2 path); elsewhere oneDNN emulates it, slower than float32.
   kBFloat16,
+  // GGUF legacy blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) multiplied as int8 by
+  // AVX-512 VNNI, the activations quantized per 32-block as the decode int8
+  // dot does (kernels/prefill_gemm_int8.h); any other matrix, and the
+  // prompt's attention, as under kBFloat16.
+  kInt8,
 };
 
 }  // namespace snapserve::kernels

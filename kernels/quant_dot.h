@@ -57,6 +57,13 @@ struct QuantizedRows {
 // x [m, k] contiguous float32, k a multiple of 32.
 QuantizedRows quantize_rows(const float* x, int64_t m, int64_t k);
 
+// The quantization itself, `blocks` consecutive 32-blocks of x into q
+// [blocks * 32], d and s [blocks]. The AVX-512 one gives the same bits and
+// returns false when this build lacks it (the prompt GEMM,
+// kernels/prefill_gemm_int8.h, quantizes a prompt's rows with it in parallel).
+void quantize_blocks_portable(const float* x, int64_t blocks, int8_t* q, float* d, float* s);
+bool quantize_blocks_avx512(const float* x, int64_t blocks, int8_t* q, float* d, float* s);
+
 // Fills xq's vnni_* fields from its q (once per linear call, before the
 // parallel rows).
 void arrange_for_vnni(QuantizedRows& xq);

@@ -29,6 +29,26 @@ bool has_int8_dot(QuantType type) {
 
 namespace cpu {
 
+void quantize_blocks_portable(const float* x, int64_t blocks, int8_t* q, float* d, float* s) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    const float* xb = x + i * kDotBlock;
+    float amax = 0.0f;
+    for (int j = 0; j < kDotBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float scale = amax / 127.0f;
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < kDotBlock; ++j) {
+      // Round half to even, as _mm256_round_ps does on the AVX2 path's
+      // callers' inputs; |x * inv| <= 127 up to one rounding, clamped.
+      const float v = std::clamp(std::nearbyint(xb[j] * inv), -127.0f, 127.0f);
+      q[i * kDotBlock + j] = static_cast<int8_t>(v);
+      sum += static_cast<int>(v);
+    }
+    d[i] = scale;
+    s[i] = scale * static_cast<float>(sum);
+  }
+}
+
 QuantizedRows quantize_rows(const float* x, int64_t m, int64_t k) {
   TORCH_CHECK(k % kDotBlock == 0, "int8 dot: K = ", k, " is not a multiple of ", kDotBlock);
   QuantizedRows r;
@@ -38,23 +58,7 @@ QuantizedRows quantize_rows(const float* x, int64_t m, int64_t k) {
   r.q.resize(static_cast<size_t>(m * k));
   r.d.resize(static_cast<size_t>(m * r.blocks));
   r.s.resize(static_cast<size_t>(m * r.blocks));
-  for (int64_t i = 0; i < m * r.blocks; ++i) {
-    const float* xb = x + i * kDotBlock;
-    float amax = 0.0f;
-    for (int j = 0; j < kDotBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f;
-    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-    int sum = 0;
-    for (int j = 0; j < kDotBlock; ++j) {
-      // Round half to even, as _mm256_round_ps does on the AVX2 path's
-      // callers' inputs; |x * inv| <= 127 up to one rounding, clamped.
-      const float v = std::clamp(std::nearbyint(xb[j] * inv), -127.0f, 127.0f);
-      r.q[i * kDotBlock + j] = static_cast<int8_t>(v);
-      sum += static_cast<int>(v);
-    }
-    r.d[i] = d;
-    r.s[i] = d * static_cast<float>(sum);
-  }
+  quantize_blocks_portable(x, m * r.blocks, r.q.data(), r.d.data(), r.s.data());
   return r;
 }
 

@@ -175,7 +175,9 @@ const std::vector<FlagSpec>& Flags() {
        "GEMMs of prompt chunks (CPU): float32 (the decoded model's numbers) | bfloat16 (linears "
        "and, on AVX512_BF16 CPUs, attention with inputs rounded to bfloat16 and float32 "
        "accumulation; several times faster there; keeps a bfloat16 copy of the layers' matrices, "
-       "2 bytes per weight)",
+       "2 bytes per weight) | int8 (GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices multiplied as "
+       "int8 by AVX-512 VNNI, activations quantized per 32-block; repacks them, 1 byte per "
+       "weight; other matrices and attention as bfloat16)",
        [](ServerConfig& c, const std::string& v) {
          return SetParsed(c.engine.prefill_gemm, ParsePrefillGemm(v));
        },
@@ -400,7 +402,8 @@ StatusOr<engine::QuantDot> ParseQuantDot(const std::string& text) {
 }
 
 StatusOr<engine::PrefillGemm> ParsePrefillGemm(const std::string& text) {
-  return ParseNamed(text, {engine::PrefillGemm::kFloat32, engine::PrefillGemm::kBFloat16},
+  return ParseNamed(text, {engine::PrefillGemm::kFloat32, engine::PrefillGemm::kBFloat16,
+                     engine::PrefillGemm::kInt8},
                     &engine::prefill_gemm_name);
 }
 

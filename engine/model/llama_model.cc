@@ -6,6 +6,7 @@
 #include "engine/model/rope.h"
 #include "kernels/linear.h"
 #include "kernels/prefill_attention.h"
+#include "kernels/prefill_gemm_int8.h"
 #include "kernels/quant_matrix.h"
 #include "kernels/rowwise.h"
 
@@ -46,16 +47,39 @@ at::Tensor BFloat16Copy(const LinearWeight& w) {
   return at::cat(groups, 0);
 }
 
+// Whether every part of `w` has int8 panels (kernels/prefill_gemm_int8.h).
+bool HasInt8Panels(const LinearWeight& w) {
+  if (!w.quantized()) return false;
+  for (const kernels::QuantMatrix& part : w.parts) {
+    if (!kernels::has_int8_panels(part.type)) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+kernels::PrefillGemm LlamaModel::float_prefill_gemm() const {
+  return prefill_gemm_ == kernels::PrefillGemm::kFloat32 ? kernels::PrefillGemm::kFloat32
+                                                         : kernels::PrefillGemm::kBFloat16;
+}
 
 void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
   prefill_gemm_ = gemm;
   prefill_copy_bytes_ = 0;
   // The LM head is left out: a prefill asks it for one row of logits.
-  const bool keep = gemm == kernels::PrefillGemm::kBFloat16 && device_.is_cpu();
+  const bool cpu = device_.is_cpu();
   for (LayerWeights& l : w_.layers) {
     for (LinearWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) {
-      if (!keep) {
+      w->prefill_int8.clear();
+      if (cpu && gemm == kernels::PrefillGemm::kInt8 && HasInt8Panels(*w)) {
+        w->prefill_bf16 = at::Tensor();
+        for (const kernels::QuantMatrix& part : w->parts) {
+          w->prefill_int8.push_back(kernels::pack_int8_panels(part));
+          prefill_copy_bytes_ += w->prefill_int8.back().nbytes();
+        }
+        continue;
+      }
+      if (!cpu || gemm == kernels::PrefillGemm::kFloat32) {
         w->prefill_bf16 = at::Tensor();
         continue;
       }
@@ -69,18 +93,26 @@ void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
 }
 
 at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const {
+  if (!w.prefill_int8.empty() && x.size(0) > kernels::kLinearSmallRows) {
+    if (w.prefill_int8.size() == 1) return kernels::linear_int8_panels(x, w.prefill_int8[0]);
+    std::vector<at::Tensor> columns;
+    for (const kernels::Int8Panels& part : w.prefill_int8) {
+      columns.push_back(kernels::linear_int8_panels(x, part));
+    }
+    return at::cat(columns, 1);
+  }
   if (w.prefill_bf16.defined() && x.size(0) > kernels::kLinearSmallRows) {
-    return kernels::linear_float32(x, w.prefill_bf16, prefill_gemm_);
+    return kernels::linear_float32(x, w.prefill_bf16, float_prefill_gemm());
   }
   // GGUF blocks (CPU only): decoded row by row inside the kernel; a matrix of
   // several block types is computed a row group at a time.
   if (w.quantized()) {
     if (w.parts.size() == 1) {
-      return kernels::linear_quantized(x, w.parts[0], quant_dot_, prefill_gemm_);
+      return kernels::linear_quantized(x, w.parts[0], quant_dot_, float_prefill_gemm());
     }
     std::vector<at::Tensor> columns;
     for (const kernels::QuantMatrix& part : w.parts) {
-      columns.push_back(kernels::linear_quantized(x, part, quant_dot_, prefill_gemm_));
+      columns.push_back(kernels::linear_quantized(x, part, quant_dot_, float_prefill_gemm()));
     }
     return at::cat(columns, 1);
   }
@@ -89,7 +121,7 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
   const at::Tensor& d = w.dense;
   if (x.is_cpu() && x.scalar_type() == at::kFloat &&
       (d.scalar_type() == at::kFloat || d.scalar_type() == at::kBFloat16)) {
-    return kernels::linear_float32(x, d, prefill_gemm_);
+    return kernels::linear_float32(x, d, float_prefill_gemm());
   }
   return at::linear(x, d);
 }
@@ -162,7 +194,7 @@ at::Tensor LlamaModel::ChunkAttention(const at::Tensor& q, const at::Tensor& k, 
   // The bfloat16 prompt precision covers attention's products too
   // (kernels/prefill_attention.h); LibTorch's float32 flash attention stays
   // for float32 prompts, other devices and Mistral's window.
-  if (prefill_gemm_ == kernels::PrefillGemm::kBFloat16 && device_.is_cpu() && !window &&
+  if (float_prefill_gemm() == kernels::PrefillGemm::kBFloat16 && device_.is_cpu() && !window &&
       q.scalar_type() == at::kFloat && kernels::has_prefill_attention_bf16(D)) {
     return kernels::prefill_attention_bf16(q, k, v, scale);
   }

@@ -77,11 +77,14 @@ class LlamaModel {
   // decoding (the default) or int8 block dot products.
   void set_quant_dot(kernels::QuantDot dot) { quant_dot_ = dot; }
   kernels::QuantDot quant_dot() const { return quant_dot_; }
-  // The GEMM of prompt-sized batches on CPU (kernels/linear.h): float32 (the
-  // default) or bfloat16 inputs with float32 accumulation. bfloat16 keeps a
-  // bfloat16 copy of each layer's matrices for it (2 bytes per weight).
+  // The GEMM of prompt-sized batches on CPU (kernels/prefill_gemm.h):
+  // float32 (the default), bfloat16 inputs with float32 accumulation, or
+  // int8 products on GGUF legacy blocks. bfloat16 keeps a bfloat16 copy of
+  // each layer's matrices for it (2 bytes per weight); int8 keeps the blocks
+  // repacked (kernels/prefill_gemm_int8.h, ~1.1 bytes per weight) and
+  // bfloat16 copies of matrices of other types.
   void set_prefill_gemm(kernels::PrefillGemm gemm);
-  // Bytes of those bfloat16 copies (0 when none are kept).
+  // Bytes of those copies (0 when none are kept).
   int64_t prefill_copy_bytes() const { return prefill_copy_bytes_; }
 
   const ModelConfig& config() const { return config_; }
@@ -144,6 +147,10 @@ class LlamaModel {
   at::Device device_;
   at::Tensor inv_freq_;  // [head_dim / 2] float32
   kernels::QuantDot quant_dot_ = kernels::QuantDot::kExact;
+  // kBFloat16 under kInt8: the precision of what has no int8 panels (dense
+  // and K-quant matrices, the prompt's attention).
+  kernels::PrefillGemm float_prefill_gemm() const;
+
   kernels::PrefillGemm prefill_gemm_ = kernels::PrefillGemm::kFloat32;
   int64_t prefill_copy_bytes_ = 0;
 };

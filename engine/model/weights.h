@@ -16,6 +16,7 @@
 
 #include "engine/common/status_or.h"
 #include "engine/model/model_config.h"
+#include "kernels/prefill_gemm_int8.h"
 #include "kernels/quant_matrix.h"
 
 namespace snapserve::model {
@@ -37,6 +38,10 @@ struct LinearWeight {
   // GEMMs under --prefill-gemm=bfloat16 (LlamaModel::set_prefill_gemm) so no
   // chunk decodes and rounds the weights again; undefined otherwise.
   at::Tensor prefill_bf16;
+  // Under --prefill-gemm=int8, parts repacked for the int8 prompt GEMM
+  // (kernels/prefill_gemm_int8.h), one per part, when every part's type has
+  // them; prefill_bf16 stands in for the other matrices.
+  std::vector<kernels::Int8Panels> prefill_int8;
 
   bool quantized() const { return !dense.defined(); }
   int64_t rows() const;

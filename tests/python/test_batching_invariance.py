@@ -56,10 +56,12 @@ def make_requests(pb2, ids_source):
     return requests
 
 
-# The default path, and the fast one (int8 block dots at decode, bfloat16
-# GEMMs and attention for prompts: kernels/prefill_attention.h), where a
+# The default path, and the fast ones (int8 block dots at decode, bfloat16
+# GEMMs and attention for prompts: kernels/prefill_attention.h, or int8
+# GEMMs: kernels/prefill_gemm_int8.h), where a
 # prompt's chunks may be cut differently alone and in a busy batch.
-PATHS = {"exact": [], "int8-bf16prefill": ["--quantized-dot=int8", "--prefill-gemm=bfloat16"]}
+PATHS = {"exact": [], "int8-bf16prefill": ["--quantized-dot=int8", "--prefill-gemm=bfloat16"],
+         "int8-int8prefill": ["--quantized-dot=int8", "--prefill-gemm=int8"]}
 
 
 @pytest.mark.slow

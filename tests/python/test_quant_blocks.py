@@ -284,20 +284,26 @@ def test_int8_decode_top1_agreement_with_transformers(torch_ops, mixed_model):
 # on 0.972 of the same tokens (tests/python/test_model_parity.py), so this is
 # what computing in bfloat16 costs here: the issue's 98 % bar for bfloat16
 # compute is not met, and the GEMM stays an option (float32 by default).
-BF16_GEMM_MIN_AGREEMENT = 0.96
+#
+# --prefill-gemm=int8 (kernels/prefill_gemm_int8.h) rounds the linears'
+# activations to int8 per 32-block, as the int8 decode path does, on top of
+# the bfloat16 attention: measured 0.957 (2026-12-03), and its floor is the
+# int8 path's, 0.95.
+LOW_PRECISION_PREFILL_MIN_AGREEMENT = {"bf16gemm": 0.96, "int8gemm": INT8_MIN_AGREEMENT}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mixed_model", ["default"], indirect=True)
-def test_bf16_prefill_gemm_top1_agreement_with_transformers(torch_ops, mixed_model):
-    """Prefill of 2048 tokens of GPL-3 through the bfloat16 GEMM (every
-    linear of the prompt is prompt-sized), against transformers' float32
-    logits of the same file. That the GEMM really changed (the logits are not
-    the float32 path's) guards the test itself."""
+@pytest.mark.parametrize("gemm", ["bf16gemm", "int8gemm"])
+def test_low_precision_prefill_top1_agreement_with_transformers(torch_ops, mixed_model, gemm):
+    """Prefill of 2048 tokens of GPL-3 through the bfloat16 or int8 GEMM
+    (every linear of the prompt is prompt-sized), against transformers'
+    float32 logits of the same file. That the GEMM really changed (the logits
+    are not the float32 path's) guards the test itself."""
     _, path, _, _, ids, expected = mixed_model
-    got = torch_ops.model_logits(str(path), PATHS["exact"] + ":bf16gemm", ids)
+    got = torch_ops.model_logits(str(path), PATHS["exact"] + ":" + gemm, ids)
     float32 = torch_ops.model_logits(str(path), PATHS["exact"], ids)
-    assert (got - float32).abs().max().item() > 1e-3, "the bfloat16 GEMM did not run"
+    assert (got - float32).abs().max().item() > 1e-3, f"the {gemm} GEMM did not run"
     agreement = (got.argmax(-1) == expected.argmax(-1)).float().mean().item()
-    print(f"bfloat16 prefill top-1 agreement with transformers: {agreement:.4f}")
-    assert agreement >= BF16_GEMM_MIN_AGREEMENT, f"top-1 agreement {agreement:.4f}"
+    print(f"{gemm} prefill top-1 agreement with transformers: {agreement:.4f}")
+    assert agreement >= LOW_PRECISION_PREFILL_MIN_AGREEMENT[gemm], f"top-1 {agreement:.4f}"

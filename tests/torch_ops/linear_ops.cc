@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "kernels/linear.h"
+#include "kernels/prefill_gemm_int8.h"
 #include "kernels/quant_matrix.h"
 
 namespace snapserve::kernels {
@@ -33,6 +34,16 @@ at::Tensor LinearQuantized(const at::Tensor& x, const at::Tensor& blocks, int64_
       dot == "int8" ? QuantDot::kInt8 : QuantDot::kExact);
 }
 
+// The int8 prompt GEMM (kernels/prefill_gemm_int8.h) on `blocks`, packed
+// per call; isa: "portable" or "widest" (the VNNI kernel where the CPU has it).
+at::Tensor LinearInt8Panels(const at::Tensor& x, const at::Tensor& blocks, int64_t ggml_type,
+                            int64_t cols, const std::string& isa) {
+  TORCH_CHECK(isa == "portable" || isa == "widest", "isa: expected portable or widest, got ", isa);
+  const Int8Panels w = pack_int8_panels(
+      make_quant_matrix(TypeOf(ggml_type), blocks.size(0), cols, blocks.contiguous(), "blocks"));
+  return linear_int8_panels(x, w, isa == "portable" ? CpuIsa::kPortable : cpu_isa());
+}
+
 }  // namespace
 }  // namespace snapserve::kernels
 
@@ -42,4 +53,6 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
         &snapserve::kernels::GgufDequantize);
   m.def("linear_quantized(Tensor x, Tensor blocks, int ggml_type, int cols, str dot) -> Tensor",
         &snapserve::kernels::LinearQuantized);
+  m.def("linear_int8_panels(Tensor x, Tensor blocks, int ggml_type, int cols, str isa) -> Tensor",
+        &snapserve::kernels::LinearInt8Panels);
 }

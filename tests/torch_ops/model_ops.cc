@@ -19,7 +19,8 @@ namespace {
 
 // "float32", "bfloat16", "float16"; suffixes ":int8" (the int8 block dot
 // product for GGUF blocks, else exact decoding) and ":bf16gemm" (the
-// bfloat16 prefill GEMM), in that order when both (kernels/linear.h).
+// bfloat16 prefill GEMM) or ":int8gemm" (the int8 one), in that order
+// (kernels/prefill_gemm.h).
 at::ScalarType ParseDtype(std::string s) {
   if (const auto colon = s.find(':'); colon != std::string::npos) s.resize(colon);
   if (s == "float32") return at::kFloat;
@@ -38,10 +39,12 @@ LlamaModel& GetModel(const std::string& path, const std::string& dtype, const st
   if (it == cache.end()) {
     const bool int8 = dtype.find(":int8") != std::string::npos;
     const bool bf16_gemm = dtype.find(":bf16gemm") != std::string::npos;
+    const bool int8_gemm = dtype.find(":int8gemm") != std::string::npos;
     auto m = LoadModel(path, ParseDtype(dtype), at::Device(device), LogToStderr,
                        int8 ? kernels::QuantDot::kInt8 : kernels::QuantDot::kExact);
     TORCH_CHECK(m.ok(), m.status().ToString());
     if (bf16_gemm) m.value()->set_prefill_gemm(kernels::PrefillGemm::kBFloat16);
+    if (int8_gemm) m.value()->set_prefill_gemm(kernels::PrefillGemm::kInt8);
     it = cache.emplace(key, std::move(m).value()).first;
   }
   return *it->second;

@@ -1,0 +1,129 @@
+// Packing, checks, dispatch and the portable kernel of the int8 prompt GEMM
+// (kernels/prefill_gemm_int8.h); the VNNI kernel is in
+// prefill_gemm_int8_cpu_avx512vnni.cc.
+#include "kernels/prefill_gemm_int8.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/checks.h"
+#include "kernels/quant_dot.h"
+#include "kernels/quant_dot_cpu_block.h"
+
+namespace snapserve::kernels {
+
+namespace {
+
+// Byte offset of weight row `row` (0..31 in its panel), block column `col`
+// (0..31) within a panel's block: quad col / 4, tile row / 16, lane row % 16.
+int64_t panel_byte(int64_t row, int64_t col) {
+  return ((col / 4) * 2 + row / 16) * 64 + (row % 16) * 4 + col % 4;
+}
+
+constexpr int64_t kPanelBlockBytes = kPanelRows * kPanelBlock;  // 1024
+
+}  // namespace
+
+bool has_int8_panels(QuantType type) { return has_int8_dot(type); }
+
+Int8Panels pack_int8_panels(const QuantMatrix& w) {
+  TORCH_CHECK(has_int8_panels(w.type), "int8 prompt GEMM: no panels for ", quant_format(w.type).name,
+              " blocks");
+  Int8Panels p;
+  p.n = w.rows;
+  p.k = w.cols;
+  p.panels = (w.rows + kPanelRows - 1) / kPanelRows;
+  p.blocks = w.cols / kPanelBlock;
+  p.bytes = at::zeros({p.panels, p.blocks, kPanelBlockBytes}, at::kByte);
+  p.scales = at::zeros({p.panels, p.blocks, 2, kPanelRows}, at::kFloat);
+  uint8_t* bytes = p.bytes.data_ptr<uint8_t>();
+  float* scales = p.scales.data_ptr<float>();
+  const int64_t block_bytes = quant_format(w.type).block_bytes;
+  at::parallel_for(0, p.panels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t panel = begin; panel < end; ++panel) {
+      for (int64_t r = 0; r < kPanelRows && panel * kPanelRows + r < w.rows; ++r) {
+        const uint8_t* row = w.row(panel * kPanelRows + r);
+        for (int64_t b = 0; b < p.blocks; ++b) {
+          const cpu::WeightBlock wb = cpu::read_block(w.type, row + b * block_bytes);
+          // v is the signed small integer (weight = d * v + m); min(v) is
+          // the bias that makes it unsigned: -8, -16 or -128 for the signed
+          // types, 0 for Q4_1/Q5_1.
+          const int bias = wb.has_m ? 0 : (w.type == QuantType::kQ8_0 ? 128 : w.type == QuantType::kQ5_0 ? 16 : 8);
+          uint8_t* dst = bytes + (panel * p.blocks + b) * kPanelBlockBytes;
+          for (int64_t c = 0; c < kPanelBlock; ++c) {
+            dst[panel_byte(r, c)] = static_cast<uint8_t>(wb.v[c] + bias);
+          }
+          float* sc = scales + ((panel * p.blocks + b) * 2) * kPanelRows;
+          sc[r] = wb.d;
+          sc[kPanelRows + r] = wb.has_m ? wb.m : -static_cast<float>(bias) * wb.d;
+        }
+      }
+    }
+  });
+  return p;
+}
+
+namespace cpu {
+
+void int8_panels_portable(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
+                          int64_t p_end, float* out, int64_t ldo) {
+  const uint8_t* bytes = w.bytes.const_data_ptr<uint8_t>();
+  const float* scales = w.scales.const_data_ptr<float>();
+  for (int64_t panel = p_begin; panel < p_end; ++panel) {
+    const int64_t rows = std::min(kPanelRows, w.n - panel * kPanelRows);
+    for (int64_t i = 0; i < x.m; ++i) {
+      for (int64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < w.blocks; ++b) {
+          const uint8_t* blk = bytes + (panel * w.blocks + b) * kPanelBlockBytes;
+          const int8_t* xq = x.q + i * x.k + b * kPanelBlock;
+          int32_t sum = 0;
+          for (int64_t c = 0; c < kPanelBlock; ++c) sum += blk[panel_byte(r, c)] * xq[c];
+          const float* sc = scales + ((panel * w.blocks + b) * 2) * kPanelRows;
+          const int64_t xb = i * w.blocks + b;
+          acc = std::fma(static_cast<float>(sum), sc[r] * x.d[xb], acc);
+          acc = std::fma(sc[kPanelRows + r], x.s[xb], acc);
+        }
+        out[i * ldo + panel * kPanelRows + r] = acc;
+      }
+    }
+  }
+}
+
+}  // namespace cpu
+
+at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa isa) {
+  check_shape(x, "x", {-1, w.k});
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_cpu(), "x: expected float32 on CPU");
+  const at::Tensor xc = x.contiguous();
+  const int64_t m = xc.size(0), blocks = w.blocks;
+  at::Tensor out = at::empty({m, w.n}, xc.options());
+  if (m == 0 || w.n == 0) return out;
+  std::vector<int8_t> q(static_cast<size_t>(m * w.k));
+  std::vector<float> d(static_cast<size_t>(m * blocks)), s(d.size());
+  const float* src = xc.const_data_ptr<float>();
+  const bool simd = isa >= CpuIsa::kAvx512Vnni;
+  at::parallel_for(0, m, 64, [&](int64_t begin, int64_t end) {
+    const int64_t b0 = begin * blocks, nb = (end - begin) * blocks;
+    if (simd && cpu::quantize_blocks_avx512(src + begin * w.k, nb, q.data() + begin * w.k,
+                                            d.data() + b0, s.data() + b0)) {
+      return;
+    }
+    cpu::quantize_blocks_portable(src + begin * w.k, nb, q.data() + begin * w.k, d.data() + b0,
+                                  s.data() + b0);
+  });
+  const cpu::PanelActivations xa{q.data(), d.data(), s.data(), m, w.k};
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, w.panels, 1, [&](int64_t begin, int64_t end) {
+    if (simd && cpu::int8_panels_avx512vnni(xa, w, begin, end, dst, w.n)) return;
+    cpu::int8_panels_portable(xa, w, begin, end, dst, w.n);
+  });
+  return out;
+}
+
+}  // namespace snapserve::kernels

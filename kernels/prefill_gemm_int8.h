@@ -1,0 +1,81 @@
+// The prompt GEMM on GGUF blocks with int8 products (PrefillGemm::kInt8):
+// y = x · wᵀ for prompt-sized x, where w's legacy blocks (Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0) are repacked once, at load, into "panels" that AVX-512 VNNI
+// multiplies without unpacking anything in the inner loop.
+//
+// Why: a vpdpbusd (64 u8 x s8 products per instruction) does twice the
+// multiply-adds of a vdpbf16ps per cycle on this CPU (measured: 440 against
+// 226 G per second per core), and the bfloat16 GEMM is what vLLM-CPU uses,
+// so the int8 products are the way to prefill faster than it.
+//
+// Arithmetic. Every weight of a 32-block is w = scale · u + offset with u an
+// unsigned byte (Q4_1/Q5_1: u = q, offset = m; Q4_0/Q5_0/Q8_0: u = q + bias,
+// offset = -bias · scale; exactly the file's value, as decoded by gguf-py up
+// to its float rounding). The activations are quantized per 32-block as the
+// decode dot product does (kernels/quant_dot.h: x ≈ d_x · q_x, s_x = d_x ·
+// sum(q_x)). Then per output, blocks in order:
+//   acc = fma(float(sum_j u_j · q_x,j), scale · d_x, acc)   (integer sum exact)
+//   acc = fma(offset, s_x, acc)
+// Every SIMD path and the portable one give the same bits (the portable one
+// uses std::fma). The error against float64 is the activations' quantization
+// (as quant_dot.h states it) plus float32 rounding of K/32 block terms;
+// tests/python/test_prefill_gemm_int8.py checks the bound.
+//
+// Layout of a panel (32 weight rows; rows past n are zero): per block of 32
+// columns, 8 quads g of 2 tiles t of [16 rows][4 bytes]: row 16t + r,
+// columns 4g .. 4g + 3 of the block — the operand order of vpdpbusd, which
+// sums four byte products into each of 16 int32 lanes. Then the block's 32
+// scales and 32 offsets, float32. Docs: docs/quantized-weights.md.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "kernels/cpu_isa.h"
+#include "kernels/quant_matrix.h"
+
+namespace snapserve::kernels {
+
+inline constexpr int64_t kPanelRows = 32;
+inline constexpr int64_t kPanelBlock = 32;  // columns per block, = the legacy block size
+
+struct Int8Panels {
+  int64_t n = 0, k = 0;            // the weight matrix's rows and columns
+  int64_t panels = 0, blocks = 0;  // ceil(n / 32), k / 32
+  at::Tensor bytes;   // uint8 [panels, blocks, 8, 2, 16, 4]
+  at::Tensor scales;  // float32 [panels, blocks, 2, 32]: scale, then offset, per row
+
+  int64_t nbytes() const { return bytes.nbytes() + scales.nbytes(); }
+};
+
+// Whether a matrix of `type` can be packed (the legacy block types).
+bool has_int8_panels(QuantType type);
+
+// w's rows as panels; throws c10::Error for a type without them.
+Int8Panels pack_int8_panels(const QuantMatrix& w);
+
+// x [m, k] float32 CPU -> [m, n] float32, on the path `isa` allows (VNNI or
+// portable; both give the same bits). Parallel over panels.
+at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa isa = cpu_isa());
+
+namespace cpu {
+
+// Activation rows quantized per 32-block for the panels (quant_dot.h's
+// quantize_blocks_*): q [m, k], d and s [m, k / 32].
+struct PanelActivations {
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  const float* s = nullptr;
+  int64_t m = 0, k = 0;
+};
+
+// out[i * ldo + 32 p + r] for panels [p_begin, p_end) and every row i of x
+// (only columns below w.n are written).
+void int8_panels_portable(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
+                          int64_t p_end, float* out, int64_t ldo);
+bool int8_panels_avx512vnni(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
+                            int64_t p_end, float* out, int64_t ldo);
+
+}  // namespace cpu
+}  // namespace snapserve::kernels

@@ -1,0 +1,77 @@
+"""The int8 prompt GEMM on GGUF blocks (kernels/prefill_gemm_int8.h,
+--prefill-gemm=int8) against a float64 product of the weights as the `gguf`
+package decodes them, on random valid blocks of each legacy type; and its
+VNNI kernel against its portable one, bit for bit."""
+import numpy as np
+import pytest
+import torch
+
+gguf = pytest.importorskip("gguf")
+
+from test_quant_blocks import INT8_TYPES, _random_blocks  # noqa: E402
+
+T = gguf.GGMLQuantizationType
+# The bias that makes a signed type's small integers unsigned in the panels.
+BIAS = {T.Q4_0: 8, T.Q5_0: 16, T.Q8_0: 128, T.Q4_1: 0, T.Q5_1: 0}
+
+
+def _scale_offset(data, qtype, rows, blocks):
+    """Per block: d (float16 at byte 0) and the offset the panels use
+    (m at byte 2 for Q4_1/Q5_1, else -bias * d), float64 [rows, blocks]."""
+    nbytes = gguf.GGML_QUANT_SIZES[qtype][1]
+    raw = data.reshape(rows * blocks, nbytes)
+    d = raw[:, 0:2].copy().view(np.float16).astype(np.float64).reshape(rows, blocks)
+    if BIAS[qtype] == 0:
+        off = raw[:, 2:4].copy().view(np.float16).astype(np.float64).reshape(rows, blocks)
+    else:
+        off = -BIAS[qtype] * d
+    return torch.from_numpy(d), torch.from_numpy(off)
+
+
+@pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
+def test_int8_prompt_gemm_vs_float64_reference(torch_ops, qtype):
+    """Error bound per output (row i, weight row r):
+    - the activations' quantization, as for the decode dot (quant_dot.h):
+      |x - d_x q_x| <= d_x / 2 = max|x_b| / 254 per element, times sum |w|;
+    - float32 rounding: each block adds two FMAs (one rounding each) and one
+      rounded product scale * d_x, and the integer sum is exact, so the
+      accumulator is off by at most (2 K/32 + 4) * 2^-24 * M, where M sums the
+      magnitudes of every term: |d| * u * |x'| + |offset| * |x'|, with u the
+      unsigned byte and |x'| = |x| + d_x / 2 >= |d_x q_x|.
+    gguf's own decode (d * q, then + m) rounds once or twice per weight; that
+    is inside the same 2^-24 * M."""
+    rows, bpr = 41, 18  # two panels, the second partial; k = 576
+    data, k = _random_blocks(qtype, rows=rows, blocks_per_row=bpr, seed=300 + int(qtype))
+    w = torch.from_numpy(gguf.quants.dequantize(data, qtype).reshape(rows, k)).double()
+    d, off = _scale_offset(data, qtype, rows, bpr)
+    # u = (w - offset) / d, rounded: the unsigned bytes the panels hold.
+    u = ((w.view(rows, bpr, 32) - off[..., None]) / d[..., None]).round().nan_to_num(0.0)
+    assert u.min() >= 0 and u.max() <= 255
+    blocks = torch.from_numpy(data.copy())
+    for m in (65, 70, 131):  # prompt-sized, tails of 1-3 rows after tiles of 4
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(20 + m)) * 3
+        got = torch_ops.linear_int8_panels(x, blocks, int(qtype), k, "widest")
+        portable = torch_ops.linear_int8_panels(x, blocks, int(qtype), k, "portable")
+        assert torch.equal(got, portable), f"m={m}: the VNNI kernel differs from the portable one"
+        ref = x.double() @ w.T
+        xd = x.double().view(m, bpr, 32).abs().amax(-1) / 127  # d_x [m, blocks]
+        quant = (xd / 2) @ w.abs().view(rows, bpr, 32).sum(-1).T
+        xa = x.double().abs().view(m, bpr, 32) + (xd / 2)[..., None]  # |x'|
+        mag = torch.einsum("mbj,rbj->mr", xa, (d.abs()[..., None] * u)) + \
+            torch.einsum("mb,rb->mr", xa.sum(-1), off.abs())
+        rounding = (2 * k / 32 + 4) * 2.0**-24 * mag
+        excess = ((got.double() - ref).abs() - quant - rounding).max().item()
+        assert excess <= 0, f"m={m}: error above the bound by {excess}"
+        # Not vacuous: the activations' quantization error is really there.
+        assert (got.double() - ref).abs().max().item() > 1e-5
+
+
+def test_int8_prompt_gemm_rejects_k_quants_and_bad_shapes(torch_ops):
+    data, k = _random_blocks(T.Q4_K, rows=2, blocks_per_row=1, seed=1)
+    with pytest.raises(RuntimeError, match="no panels for Q4_K"):
+        torch_ops.linear_int8_panels(torch.zeros(70, k), torch.from_numpy(data.copy()),
+                                     int(T.Q4_K), k, "widest")
+    data, k = _random_blocks(T.Q4_1, rows=2, blocks_per_row=2, seed=1)
+    with pytest.raises(RuntimeError, match="x"):
+        torch_ops.linear_int8_panels(torch.zeros(70, k + 32), torch.from_numpy(data.copy()),
+                                     int(T.Q4_1), k, "widest")

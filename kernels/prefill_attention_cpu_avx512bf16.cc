@@ -105,30 +105,39 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
       }
     }
     const int64_t key0 = tile * kTileKeys;
+    // Every row sees every key of a tile that ends at or before the first
+    // row's position: no masks to compute there.
+    const bool whole = key0 + kTileKeys - 1 <= first_pos + row0;
 #pragma GCC unroll 8
     for (int i = 0; i < kRows; ++i) {
       // Keys after the row's position (and the tile's zero padding past the
       // last key, which lies after every position) get no weight.
-      const int64_t seen = first_pos + row0 + i - key0 + 1;  // keys of this tile it sees
-      const __m512i limit = _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(seen, 0, 32)));
-      const __mmask16 m0 = _mm512_cmplt_epi32_mask(lane, limit);
-      const __mmask16 m1 =
-          _mm512_cmplt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(16)), limit);
+      __mmask16 m0 = 0xFFFF, m1 = 0xFFFF;
+      if (!whole) {
+        const int64_t seen = first_pos + row0 + i - key0 + 1;  // keys of this tile it sees
+        const __m512i limit =
+            _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(seen, 0, 32)));
+        m0 = _mm512_cmplt_epi32_mask(lane, limit);
+        m1 = _mm512_cmplt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(16)), limit);
+      }
       const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
       const float tile_max = _mm512_reduce_max_ps(_mm512_max_ps(
           _mm512_mask_mov_ps(ninf, m0, s[i][0]), _mm512_mask_mov_ps(ninf, m1, s[i][1])));
-      const float new_max = std::max(row_max[i], tile_max);
       // A row that sees none of this tile keeps its state (new_max is finite
       // from tile 0 on, which every row sees: its key 0).
-      const float rescale = std::exp(row_max[i] - new_max);
-      const __m512 mx = _mm512_set1_ps(new_max);
+      if (tile_max > row_max[i]) {
+        // Only a larger max rescales (exp(0) = 1 would change no bit).
+        const float rescale = std::exp(row_max[i] - tile_max);
+        row_sum[i] = row_sum[i] * rescale;
+        row_max[i] = tile_max;
+        const __m512 sc = _mm512_set1_ps(rescale);
+#pragma GCC unroll 8
+        for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_mul_ps(acc[i][j], sc);
+      }
+      const __m512 mx = _mm512_set1_ps(row_max[i]);
       const __m512 p0 = _mm512_maskz_mov_ps(m0, exp_nonpositive(_mm512_sub_ps(s[i][0], mx)));
       const __m512 p1 = _mm512_maskz_mov_ps(m1, exp_nonpositive(_mm512_sub_ps(s[i][1], mx)));
-      row_sum[i] = row_sum[i] * rescale + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
-      row_max[i] = new_max;
-      const __m512 sc = _mm512_set1_ps(rescale);
-#pragma GCC unroll 8
-      for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_mul_ps(acc[i][j], sc);
+      row_sum[i] = row_sum[i] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
       // Lane l of the result: keys 2l and 2l + 1 of the tile as a bf16 pair.
       _mm512_store_si512(weights[i], __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(p1, p0)));
     }

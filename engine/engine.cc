@@ -134,11 +134,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
       try {
         SNAPSERVE_ASSIGN_OR_RETURN(impl->model, model::LoadModel(options.model_path, dtype, device,
                                                                  log, options.quantized_dot));
-        // Its bfloat16 copies are made here too, for the same reason.
+        // Its repacked matrices (int8 panels, bfloat16 copies) are made here
+        // too, for the same reason.
         impl->model->set_prefill_gemm(options.prefill_gemm);
-        if (const int64_t copy = impl->model->prefill_copy_bytes(); copy > 0) {
-          log(std::string("prefill GEMM: ") + prefill_gemm_name(options.prefill_gemm) +
-              " copies of the layers' matrices, " +
+        if (const int64_t copy = impl->model->repacked_bytes(); copy > 0) {
+          log(std::string("layers' matrices repacked for --prefill-gemm=") +
+              prefill_gemm_name(options.prefill_gemm) +
+              " --quantized-dot=" + quant_dot_name(options.quantized_dot) + ": " +
               std::to_string(copy >> 20) + " MiB");
         }
         SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));

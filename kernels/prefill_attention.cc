@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
 
 #include <vector>
@@ -31,8 +30,6 @@ bool cpu_has_avx512_bf16() {
   return false;
 #endif
 }
-
-uint16_t bf16_bits(float x) { return c10::BFloat16(x).x; }
 
 }  // namespace
 
@@ -67,28 +64,37 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
   std::vector<uint32_t> q_pairs(static_cast<size_t>(H * rows_padded * half), 0);
   std::vector<uint16_t> k_tiles(static_cast<size_t>(Hkv * tiles * half * kTileKeys * 2), 0);
   std::vector<uint16_t> v_pairs(static_cast<size_t>(Hkv * tiles * kTileKeys * D), 0);
-  const auto qa = q.accessor<float, 3>(), ka = k.accessor<float, 3>(), va = v.accessor<float, 3>();
+  // Rows are rounded 16 lanes at a time (cpu::round_to_bf16_avx512bf16);
+  // each row of q, k and v has its last dimension contiguous.
+  const at::Tensor qc = q.stride(2) == 1 ? q : q.contiguous();
+  const at::Tensor kc = k.stride(2) == 1 ? k : k.contiguous();
+  const at::Tensor vc = v.stride(2) == 1 ? v : v.contiguous();
+  auto row = [](const at::Tensor& t, int64_t h, int64_t r) {
+    return t.const_data_ptr<float>() + h * t.stride(0) + r * t.stride(1);
+  };
   const float s = static_cast<float>(scale);
   at::parallel_for(0, H * rows, 256, [&](int64_t begin, int64_t end) {
     for (int64_t hr = begin; hr < end; ++hr) {
       const int64_t h = hr / rows, r = hr % rows;
-      uint32_t* dst = q_pairs.data() + (h * rows_padded + r) * half;
-      for (int64_t t = 0; t < half; ++t) {
-        dst[t] = bf16_bits(qa[h][r][2 * t] * s) |
-                 (static_cast<uint32_t>(bf16_bits(qa[h][r][2 * t + 1] * s)) << 16);
-      }
+      // Pair t of a row is elements 2t and 2t + 1: the row's bf16 in order.
+      cpu::round_to_bf16_avx512bf16(
+          row(qc, h, r), s, reinterpret_cast<uint16_t*>(q_pairs.data() + (h * rows_padded + r) * half),
+          D);
     }
   });
   at::parallel_for(0, Hkv * keys, 256, [&](int64_t begin, int64_t end) {
+    std::vector<uint16_t> kb(static_cast<size_t>(D)), vb(static_cast<size_t>(D));
     for (int64_t hk = begin; hk < end; ++hk) {
       const int64_t g = hk / keys, key = hk % keys, tile = key / kTileKeys, in = key % kTileKeys;
+      cpu::round_to_bf16_avx512bf16(row(kc, g, key), 1.0f, kb.data(), D);
+      cpu::round_to_bf16_avx512bf16(row(vc, g, key), 1.0f, vb.data(), D);
       uint16_t* kd = k_tiles.data() + (g * tiles + tile) * half * kTileKeys * 2 + in * 2;
       for (int64_t t = 0; t < half; ++t) {
-        kd[t * kTileKeys * 2] = bf16_bits(ka[g][key][2 * t]);
-        kd[t * kTileKeys * 2 + 1] = bf16_bits(ka[g][key][2 * t + 1]);
+        kd[t * kTileKeys * 2] = kb[2 * t];
+        kd[t * kTileKeys * 2 + 1] = kb[2 * t + 1];
       }
       uint16_t* vd = v_pairs.data() + (g * tiles * kTileKeys / 2 + key / 2) * D * 2 + key % 2;
-      for (int64_t d = 0; d < D; ++d) vd[d * 2] = bf16_bits(va[g][key][d]);
+      for (int64_t d = 0; d < D; ++d) vd[d * 2] = vb[d];
     }
   });
 
@@ -103,8 +109,8 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
                                .tiles = tiles,
                                .dim = D};
   float* dst = out.data_ptr<float>();
-  // Items are head-major, so each thread's contiguous share holds whole
-  // causal triangles and the threads' work is even.
+  // Items are head-major and alternate early and late rows within a head
+  // (prefill_attention.h), so contiguous shares cost the same.
   at::parallel_for(0, H * (rows_padded / group_rows), 1, [&](int64_t begin, int64_t end) {
 #if defined(__x86_64__)
     cpu::prefill_attention_avx512bf16(p, begin, end, dst);

@@ -47,9 +47,16 @@ struct PackedAttention {
   int64_t heads = 0, kv_heads = 0, rows = 0, rows_padded = 0, keys = 0, tiles = 0, dim = 0;
 };
 
-// Rows of query head h in groups of prefill_attention_group_rows(D):
-// groups [group_begin, group_end) of every head, items in head-major order.
+// Rows of query head h in groups of prefill_attention_group_rows(D). Items
+// are head-major; within a head they alternate between the first and the
+// last groups not yet taken (0, G-1, 1, G-2, ...), so any run of items holds
+// cheap (early) and dear (late) rows of the causal triangle alike and the
+// threads' contiguous shares cost the same even when a head is split.
 int64_t prefill_attention_group_rows(int64_t head_dim);
+
+// dst[i] = bfloat16 bits of src[i] * scale, rounded to nearest even (as
+// c10::BFloat16; subnormal inputs become 0). n a multiple of 16.
+void round_to_bf16_avx512bf16(const float* src, float scale, uint16_t* dst, int64_t n);
 void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, int64_t item_end,
                                   float* out);
 

@@ -176,13 +176,24 @@ void attend_items(const PackedAttention& pa, int64_t begin, int64_t end, float* 
   constexpr int kRows = 256 / kDim;  // kRows x kDim / 16 = 16 accumulators
   const int64_t groups = pa.rows_padded / kRows;
   for (int64_t item = begin; item < end; ++item) {
-    attend_rows<kDim, kRows>(pa, item / groups, (item % groups) * kRows, out);
+    const int64_t i = item % groups;  // 0, G-1, 1, G-2, ... (the header's order)
+    const int64_t group = i % 2 == 0 ? i / 2 : groups - 1 - i / 2;
+    attend_rows<kDim, kRows>(pa, item / groups, group * kRows, out);
   }
 }
 
 }  // namespace
 
 int64_t prefill_attention_group_rows(int64_t head_dim) { return 256 / head_dim; }
+
+SNAPSERVE_BF16 void round_to_bf16_avx512bf16(const float* src, float scale, uint16_t* dst,
+                                             int64_t n) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m256bh b = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + i), s));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), __builtin_bit_cast(__m256i, b));
+  }
+}
 
 void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, int64_t item_end,
                                   float* out) {
@@ -193,6 +204,13 @@ void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, 
   }
 }
 
+}  // namespace snapserve::kernels::cpu
+
+#else
+
+namespace snapserve::kernels::cpu {
+// Never called off x86-64: has_prefill_attention_bf16 is false there.
+void round_to_bf16_avx512bf16(const float*, float, uint16_t*, int64_t) {}
 }  // namespace snapserve::kernels::cpu
 
 #endif

@@ -20,47 +20,76 @@ namespace snapserve::kernels {
 namespace {
 
 // Byte offset of weight row `row` (0..31 in its panel), block column `col`
-// (0..31) within a panel's block: quad col / 4, tile row / 16, lane row % 16.
-int64_t panel_byte(int64_t row, int64_t col) {
-  return ((col / 4) * 2 + row / 16) * 64 + (row % 16) * 4 + col % 4;
+// (0..31) within a panel's block: quad col / 4 (its pair col / 4 % 4 for
+// nibbles), tile row / 16, lane row % 16.
+int64_t panel_byte(int64_t row, int64_t col, bool nibbles) {
+  const int64_t quad = nibbles ? col / 4 % 4 : col / 4;
+  return (quad * 2 + row / 16) * 64 + (row % 16) * 4 + col % 4;
 }
 
-constexpr int64_t kPanelBlockBytes = kPanelRows * kPanelBlock;  // 1024
+// The unsigned small integer of (row, col) in a panel's block.
+int panel_value(const uint8_t* blk, int64_t row, int64_t col, bool nibbles) {
+  const uint8_t byte = blk[panel_byte(row, col, nibbles)];
+  if (!nibbles) return byte;
+  return col / 16 == 0 ? byte & 0x0F : byte >> 4;  // quads 0-3 low, 4-7 high
+}
+
+// The bias that makes a signed type's small integers unsigned.
+int type_bias(QuantType type) {
+  switch (type) {
+    case QuantType::kQ4_0:
+      return 8;
+    case QuantType::kQ5_0:
+      return 16;
+    case QuantType::kQ8_0:
+      return 128;
+    default:
+      return 0;  // Q4_1, Q5_1: unsigned, with an offset m
+  }
+}
 
 }  // namespace
 
 bool has_int8_panels(QuantType type) { return has_int8_dot(type); }
 
-Int8Panels pack_int8_panels(const QuantMatrix& w) {
+bool has_nibble_panels(QuantType type) {
+  return type == QuantType::kQ4_0 || type == QuantType::kQ4_1;
+}
+
+Int8Panels pack_int8_panels(const QuantMatrix& w, bool nibbles) {
   TORCH_CHECK(has_int8_panels(w.type), "int8 prompt GEMM: no panels for ", quant_format(w.type).name,
               " blocks");
+  TORCH_CHECK(!nibbles || has_nibble_panels(w.type), "int8 panels: ", quant_format(w.type).name,
+              " blocks have more than 4 bits");
   Int8Panels p;
   p.n = w.rows;
   p.k = w.cols;
   p.panels = (w.rows + kPanelRows - 1) / kPanelRows;
   p.blocks = w.cols / kPanelBlock;
-  p.bytes = at::zeros({p.panels, p.blocks, kPanelBlockBytes}, at::kByte);
-  p.scales = at::zeros({p.panels, p.blocks, 2, kPanelRows}, at::kFloat);
+  p.nibbles = nibbles;
+  const int bias = type_bias(w.type);
+  p.bias = static_cast<float>(bias);
+  p.bytes = at::zeros({p.panels, p.blocks, p.block_bytes()}, at::kByte);
+  p.scales = at::zeros({p.panels, p.blocks, 2, kPanelRows}, at::kHalf);
   uint8_t* bytes = p.bytes.data_ptr<uint8_t>();
-  float* scales = p.scales.data_ptr<float>();
+  auto* scales = p.scales.data_ptr<at::Half>();
   const int64_t block_bytes = quant_format(w.type).block_bytes;
   at::parallel_for(0, p.panels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t panel = begin; panel < end; ++panel) {
       for (int64_t r = 0; r < kPanelRows && panel * kPanelRows + r < w.rows; ++r) {
         const uint8_t* row = w.row(panel * kPanelRows + r);
         for (int64_t b = 0; b < p.blocks; ++b) {
+          // weight = d * v (+ m): v + bias is the unsigned byte.
           const cpu::WeightBlock wb = cpu::read_block(w.type, row + b * block_bytes);
-          // v is the signed small integer (weight = d * v + m); min(v) is
-          // the bias that makes it unsigned: -8, -16 or -128 for the signed
-          // types, 0 for Q4_1/Q5_1.
-          const int bias = wb.has_m ? 0 : (w.type == QuantType::kQ8_0 ? 128 : w.type == QuantType::kQ5_0 ? 16 : 8);
-          uint8_t* dst = bytes + (panel * p.blocks + b) * kPanelBlockBytes;
+          uint8_t* dst = bytes + (panel * p.blocks + b) * p.block_bytes();
           for (int64_t c = 0; c < kPanelBlock; ++c) {
-            dst[panel_byte(r, c)] = static_cast<uint8_t>(wb.v[c] + bias);
+            const auto u = static_cast<uint8_t>(wb.v[c] + bias);
+            dst[panel_byte(r, c, nibbles)] |= nibbles && c >= 16 ? u << 4 : u;
           }
-          float* sc = scales + ((panel * p.blocks + b) * 2) * kPanelRows;
-          sc[r] = wb.d;
-          sc[kPanelRows + r] = wb.has_m ? wb.m : -static_cast<float>(bias) * wb.d;
+          // d and m came from float16 fields: exact as float16 again.
+          at::Half* sc = scales + ((panel * p.blocks + b) * 2) * kPanelRows;
+          sc[r] = at::Half(wb.d);
+          sc[kPanelRows + r] = at::Half(wb.has_m ? wb.m : 0.0f);
         }
       }
     }
@@ -73,21 +102,24 @@ namespace cpu {
 void int8_panels_portable(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
                           int64_t p_end, float* out, int64_t ldo) {
   const uint8_t* bytes = w.bytes.const_data_ptr<uint8_t>();
-  const float* scales = w.scales.const_data_ptr<float>();
+  const auto* scales = w.scales.const_data_ptr<at::Half>();
   for (int64_t panel = p_begin; panel < p_end; ++panel) {
     const int64_t rows = std::min(kPanelRows, w.n - panel * kPanelRows);
     for (int64_t i = 0; i < x.m; ++i) {
       for (int64_t r = 0; r < rows; ++r) {
         float acc = 0.0f;
         for (int64_t b = 0; b < w.blocks; ++b) {
-          const uint8_t* blk = bytes + (panel * w.blocks + b) * kPanelBlockBytes;
+          const uint8_t* blk = bytes + (panel * w.blocks + b) * w.block_bytes();
           const int8_t* xq = x.q + i * x.k + b * kPanelBlock;
           int32_t sum = 0;
-          for (int64_t c = 0; c < kPanelBlock; ++c) sum += blk[panel_byte(r, c)] * xq[c];
-          const float* sc = scales + ((panel * w.blocks + b) * 2) * kPanelRows;
+          for (int64_t c = 0; c < kPanelBlock; ++c) {
+            sum += panel_value(blk, r, c, w.nibbles) * xq[c];
+          }
+          const at::Half* sc = scales + ((panel * w.blocks + b) * 2) * kPanelRows;
+          const float d = sc[r], offset = static_cast<float>(sc[kPanelRows + r]) + -w.bias * d;
           const int64_t xb = i * w.blocks + b;
-          acc = std::fma(static_cast<float>(sum), sc[r] * x.d[xb], acc);
-          acc = std::fma(sc[kPanelRows + r], x.s[xb], acc);
+          acc = std::fma(static_cast<float>(sum), d * x.d[xb], acc);
+          acc = std::fma(offset, x.s[xb], acc);
         }
         out[i * ldo + panel * kPanelRows + r] = acc;
       }

@@ -24,8 +24,13 @@
 // Layout of a panel (32 weight rows; rows past n are zero): per block of 32
 // columns, 8 quads g of 2 tiles t of [16 rows][4 bytes]: row 16t + r,
 // columns 4g .. 4g + 3 of the block — the operand order of vpdpbusd, which
-// sums four byte products into each of 16 int32 lanes. Then the block's 32
-// scales and 32 offsets, float32. Docs: docs/quantized-weights.md.
+// sums four byte products into each of 16 int32 lanes. 4-bit types may be
+// packed as nibbles instead (half the bytes, for decode, which reads every
+// weight once per step): quads g and g + 4 share bytes, g in the low
+// nibble. Scales: per block, the 32 rows' d and m as the file's float16
+// (m = 0 for the signed types); offset = m - bias · d, exact in float32.
+// The integer sums are exact whatever the layout, so both layouts give the
+// same bits. Docs: docs/quantized-weights.md.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -43,17 +48,23 @@ inline constexpr int64_t kPanelBlock = 32;  // columns per block, = the legacy b
 struct Int8Panels {
   int64_t n = 0, k = 0;            // the weight matrix's rows and columns
   int64_t panels = 0, blocks = 0;  // ceil(n / 32), k / 32
-  at::Tensor bytes;   // uint8 [panels, blocks, 8, 2, 16, 4]
-  at::Tensor scales;  // float32 [panels, blocks, 2, 32]: scale, then offset, per row
+  bool nibbles = false;            // 4-bit layout
+  float bias = 0.0f;               // 8, 16 or 128 for the signed types, else 0
+  at::Tensor bytes;   // uint8 [panels, blocks, 8 (4 for nibbles), 2, 16, 4]
+  at::Tensor scales;  // float16 [panels, blocks, 2, 32]: d, then m, per row
 
+  int64_t block_bytes() const { return nibbles ? 512 : 1024; }
   int64_t nbytes() const { return bytes.nbytes() + scales.nbytes(); }
 };
 
-// Whether a matrix of `type` can be packed (the legacy block types).
+// Whether a matrix of `type` can be packed (the legacy block types), and
+// whether as nibbles (Q4_0, Q4_1).
 bool has_int8_panels(QuantType type);
+bool has_nibble_panels(QuantType type);
 
-// w's rows as panels; throws c10::Error for a type without them.
-Int8Panels pack_int8_panels(const QuantMatrix& w);
+// w's rows as panels; throws c10::Error for a type without them (or
+// without nibbles, when asked for).
+Int8Panels pack_int8_panels(const QuantMatrix& w, bool nibbles = false);
 
 // x [m, k] float32 CPU -> [m, n] float32, on the path `isa` allows (VNNI or
 // portable; both give the same bits). Parallel over panels.

@@ -22,9 +22,8 @@ namespace snapserve::kernels::cpu {
 
 namespace {
 
-#define SNAPSERVE_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+#define SNAPSERVE_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
 
-constexpr int64_t kBlockBytes = kPanelRows * kPanelBlock;
 // Rows per tile: 8 int32 + 8 float accumulators, 2 weight vectors and the
 // scales fit the 32 registers.
 constexpr int64_t kTileRows = 4;
@@ -35,47 +34,108 @@ SNAPSERVE_VNNI inline __m512i broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Rows i0 .. i0 + kRows - 1 against one panel; columns [0, cols) of the
-// panel are stored.
+// Adds quad g's products of two weight vectors (tiles 0 and 1) to the sums.
 template <int64_t kRows>
-SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const float* scales,
-                         int64_t blocks, int64_t i0, float* out, int64_t ldo, int64_t cols) {
-  __m512 acc[kRows][2];
-  #pragma GCC unroll 8
-  for (int64_t r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = bytes + b * kBlockBytes;
-    __m512i sum[kRows][2];
-    #pragma GCC unroll 8
-    for (int64_t r = 0; r < kRows; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_si512();
-    #pragma GCC unroll 8
+SNAPSERVE_VNNI inline void quad_products(const PanelActivations& x, __m512i w0, __m512i w1,
+                                         int64_t i0, int64_t b, int64_t g,
+                                         __m512i (&sum)[kRows][2]) {
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < kRows; ++r) {
+    const __m512i xr = broadcast4(x.q + (i0 + r) * x.k + b * kPanelBlock + g * 4);
+    sum[r][0] = _mm512_dpbusd_epi32(sum[r][0], w0, xr);
+    sum[r][1] = _mm512_dpbusd_epi32(sum[r][1], w1, xr);
+  }
+}
+
+// The exact integer sums of one 32-block of one panel for kRows rows.
+template <int64_t kRows, bool kNibbles>
+SNAPSERVE_VNNI inline void block_sums(const PanelActivations& x, const uint8_t* blk, int64_t i0,
+                                      int64_t b, __m512i (&sum)[kRows][2]) {
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < kRows; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_si512();
+  if constexpr (kNibbles) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int64_t g = 0; g < 4; ++g) {
+      const __m512i v0 = _mm512_loadu_si512(blk + g * 128);
+      const __m512i v1 = _mm512_loadu_si512(blk + g * 128 + 64);
+      quad_products<kRows>(x, _mm512_and_si512(v0, low), _mm512_and_si512(v1, low), i0, b, g,
+                           sum);
+      quad_products<kRows>(x, _mm512_and_si512(_mm512_srli_epi16(v0, 4), low),
+                           _mm512_and_si512(_mm512_srli_epi16(v1, 4), low), i0, b, g + 4, sum);
+    }
+  } else {
+#pragma GCC unroll 8
     for (int64_t g = 0; g < 8; ++g) {
-      const __m512i w0 = _mm512_loadu_si512(blk + g * 128);
-      const __m512i w1 = _mm512_loadu_si512(blk + g * 128 + 64);
-      #pragma GCC unroll 8
-      for (int64_t r = 0; r < kRows; ++r) {
-        const __m512i xr = broadcast4(x.q + (i0 + r) * x.k + b * kPanelBlock + g * 4);
-        sum[r][0] = _mm512_dpbusd_epi32(sum[r][0], w0, xr);
-        sum[r][1] = _mm512_dpbusd_epi32(sum[r][1], w1, xr);
-      }
+      quad_products<kRows>(x, _mm512_loadu_si512(blk + g * 128),
+                           _mm512_loadu_si512(blk + g * 128 + 64), i0, b, g, sum);
     }
-    const float* sc = scales + b * 2 * kPanelRows;
-    const __m512 scale0 = _mm512_loadu_ps(sc), scale1 = _mm512_loadu_ps(sc + 16);
-    const __m512 off0 = _mm512_loadu_ps(sc + 32), off1 = _mm512_loadu_ps(sc + 48);
-    #pragma GCC unroll 8
-    for (int64_t r = 0; r < kRows; ++r) {
-      const int64_t xb = (i0 + r) * blocks + b;
-      const __m512 dx = _mm512_set1_ps(x.d[xb]), sx = _mm512_set1_ps(x.s[xb]);
-      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][0]), _mm512_mul_ps(scale0, dx), acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][1]), _mm512_mul_ps(scale1, dx), acc[r][1]);
-      acc[r][0] = _mm512_fmadd_ps(off0, sx, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(off1, sx, acc[r][1]);
+  }
+}
+
+// 16 float16 values as float32.
+SNAPSERVE_VNNI inline __m512 load_halves(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Block b's float steps (prefill_gemm_int8.h), in block order.
+template <int64_t kRows>
+SNAPSERVE_VNNI inline void block_terms(const PanelActivations& x, const uint16_t* sc,
+                                       __m512 neg_bias, int64_t blocks, int64_t i0, int64_t b,
+                                       const __m512i (&sum)[kRows][2], __m512 (&acc)[kRows][2]) {
+  const __m512 scale0 = load_halves(sc), scale1 = load_halves(sc + 16);
+  // m - bias * d: one of the two terms is 0 and the product is exact.
+  const __m512 off0 = _mm512_fmadd_ps(scale0, neg_bias, load_halves(sc + 32));
+  const __m512 off1 = _mm512_fmadd_ps(scale1, neg_bias, load_halves(sc + 48));
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < kRows; ++r) {
+    const int64_t xb = (i0 + r) * blocks + b;
+    const __m512 dx = _mm512_set1_ps(x.d[xb]), sx = _mm512_set1_ps(x.s[xb]);
+    acc[r][0] =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][0]), _mm512_mul_ps(scale0, dx), acc[r][0]);
+    acc[r][1] =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][1]), _mm512_mul_ps(scale1, dx), acc[r][1]);
+    acc[r][0] = _mm512_fmadd_ps(off0, sx, acc[r][0]);
+    acc[r][1] = _mm512_fmadd_ps(off1, sx, acc[r][1]);
+  }
+}
+
+// Rows i0 .. i0 + kRows - 1 against one panel; columns [0, cols) of the
+// panel are stored. kStep blocks' integer sums are computed before their
+// float steps: at one or two rows a block alone is too little independent
+// work to hide vpdpbusd's latency. The float steps keep block order, so the
+// bits do not depend on kRows or kStep.
+template <int64_t kRows, int64_t kStep, bool kNibbles>
+SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const uint16_t* scales,
+                         float bias, int64_t blocks, int64_t i0, float* out, int64_t ldo,
+                         int64_t cols) {
+  constexpr int64_t kBlockBytes = kNibbles ? 512 : 1024;
+  const __m512 neg_bias = _mm512_set1_ps(-bias);
+  __m512 acc[kRows][2];
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + kStep <= blocks; b += kStep) {
+    __m512i sum[kStep][kRows][2];
+#pragma GCC unroll 8
+    for (int64_t s = 0; s < kStep; ++s) {
+      block_sums<kRows, kNibbles>(x, bytes + (b + s) * kBlockBytes, i0, b + s, sum[s]);
     }
+#pragma GCC unroll 8
+    for (int64_t s = 0; s < kStep; ++s) {
+      block_terms<kRows>(x, scales + (b + s) * 2 * kPanelRows, neg_bias, blocks, i0, b + s, sum[s],
+                         acc);
+    }
+  }
+  for (; b < blocks; ++b) {
+    __m512i sum[kRows][2];
+    block_sums<kRows, kNibbles>(x, bytes + b * kBlockBytes, i0, b, sum);
+    block_terms<kRows>(x, scales + b * 2 * kPanelRows, neg_bias, blocks, i0, b, sum, acc);
   }
   const __mmask16 m0 = cols >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << cols) - 1);
   const __mmask16 m1 =
       cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : static_cast<__mmask16>((1u << (cols - 16)) - 1));
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int64_t r = 0; r < kRows; ++r) {
     float* o = out + (i0 + r) * ldo;
     _mm512_mask_storeu_ps(o, m0, acc[r][0]);
@@ -85,20 +145,38 @@ SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const 
 
 }  // namespace
 
-bool int8_panels_avx512vnni(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
-                            int64_t p_end, float* out, int64_t ldo) {
+namespace {
+
+template <bool kNibbles>
+SNAPSERVE_VNNI void panels(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
+                           int64_t p_end, float* out, int64_t ldo) {
   const uint8_t* bytes = w.bytes.const_data_ptr<uint8_t>();
-  const float* scales = w.scales.const_data_ptr<float>();
+  const auto* scales = static_cast<const uint16_t*>(w.scales.const_data_ptr());
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const uint8_t* pb = bytes + p * w.blocks * kBlockBytes;
-    const float* ps = scales + p * w.blocks * 2 * kPanelRows;
+    const uint8_t* pb = bytes + p * w.blocks * w.block_bytes();
+    const uint16_t* ps = scales + p * w.blocks * 2 * kPanelRows;
     const int64_t cols = std::min(kPanelRows, w.n - p * kPanelRows);
     float* po = out + p * kPanelRows;
     int64_t i = 0;
     for (; i + kTileRows <= x.m; i += kTileRows) {
-      tile<kTileRows>(x, pb, ps, w.blocks, i, po, ldo, cols);
+      tile<kTileRows, 1, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols);
     }
-    for (; i < x.m; ++i) tile<1>(x, pb, ps, w.blocks, i, po, ldo, cols);
+    if (x.m - i >= 2) {
+      tile<2, 2, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols);
+      i += 2;
+    }
+    if (i < x.m) tile<1, 4, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols);
+  }
+}
+
+}  // namespace
+
+bool int8_panels_avx512vnni(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
+                            int64_t p_end, float* out, int64_t ldo) {
+  if (w.nibbles) {
+    panels<true>(x, w, p_begin, p_end, out, ldo);
+  } else {
+    panels<false>(x, w, p_begin, p_end, out, ldo);
   }
   return true;
 }

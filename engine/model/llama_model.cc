@@ -65,43 +65,65 @@ kernels::PrefillGemm LlamaModel::float_prefill_gemm() const {
 
 void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
   prefill_gemm_ = gemm;
-  prefill_copy_bytes_ = 0;
-  // The LM head is left out: a prefill asks it for one row of logits.
+  repacked_bytes_ = 0;
+  // The LM head is left out: a prefill asks it for one row of logits, and a
+  // decode step's one read of its blocks is what the int8 dot is fastest at.
   const bool cpu = device_.is_cpu();
+  const bool int8_decode = quant_dot_ == kernels::QuantDot::kInt8;
   for (LayerWeights& l : w_.layers) {
     for (LinearWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) {
-      w->prefill_int8.clear();
-      if (cpu && gemm == kernels::PrefillGemm::kInt8 && HasInt8Panels(*w)) {
-        w->prefill_bf16 = at::Tensor();
-        for (const kernels::QuantMatrix& part : w->parts) {
-          w->prefill_int8.push_back(kernels::pack_int8_panels(part));
-          prefill_copy_bytes_ += w->prefill_int8.back().nbytes();
+      const bool panels = cpu && HasInt8Panels(*w);
+      const bool prompt_panels = panels && gemm == kernels::PrefillGemm::kInt8;
+      w->prompt_panels.clear();
+      w->decode_panels.clear();
+      auto pack = [&](std::vector<kernels::Int8Panels>& to, const kernels::QuantMatrix& part,
+                      bool nibbles) {
+        to.push_back(kernels::pack_int8_panels(part, nibbles));
+        repacked_bytes_ += to.back().nbytes();
+      };
+      for (const kernels::QuantMatrix& part : w->parts) {
+        if (prompt_panels) pack(w->prompt_panels, part, false);
+        if (!panels || !int8_decode) continue;
+        if (kernels::has_nibble_panels(part.type)) {
+          pack(w->decode_panels, part, true);
+        } else if (prompt_panels) {
+          w->decode_panels.push_back(w->prompt_panels.back());  // shares its tensors
+        } else {
+          pack(w->decode_panels, part, false);
         }
-        continue;
       }
-      if (!cpu || gemm == kernels::PrefillGemm::kFloat32) {
+      // Prompts take the panels under kInt8, else a bfloat16 copy under
+      // kBFloat16 or kInt8.
+      const bool copy = cpu && gemm != kernels::PrefillGemm::kFloat32 && !prompt_panels;
+      if (!copy) {
         w->prefill_bf16 = at::Tensor();
         continue;
       }
       if (!w->prefill_bf16.defined()) w->prefill_bf16 = BFloat16Copy(*w);
       // A bfloat16 dense weight is its own "copy": no extra bytes.
       if (!w->prefill_bf16.is_same(w->dense)) {
-        prefill_copy_bytes_ += static_cast<int64_t>(w->prefill_bf16.nbytes());
+        repacked_bytes_ += static_cast<int64_t>(w->prefill_bf16.nbytes());
       }
     }
   }
 }
 
 at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const {
-  if (!w.prefill_int8.empty() && x.size(0) > kernels::kLinearSmallRows) {
-    if (w.prefill_int8.size() == 1) return kernels::linear_int8_panels(x, w.prefill_int8[0]);
+  const bool prompt = x.size(0) > kernels::kLinearSmallRows;
+  // Int8 panels: for prompts under --prefill-gemm=int8, for decode-sized
+  // batches under --quantized-dot=int8. A row's bits do not depend on how
+  // many rows come with it (kernels/prefill_gemm_int8.h), so batching
+  // invariance holds on them.
+  const std::vector<kernels::Int8Panels>& panels = prompt ? w.prompt_panels : w.decode_panels;
+  if (!panels.empty()) {
+    if (panels.size() == 1) return kernels::linear_int8_panels(x, panels[0]);
     std::vector<at::Tensor> columns;
-    for (const kernels::Int8Panels& part : w.prefill_int8) {
+    for (const kernels::Int8Panels& part : panels) {
       columns.push_back(kernels::linear_int8_panels(x, part));
     }
     return at::cat(columns, 1);
   }
-  if (w.prefill_bf16.defined() && x.size(0) > kernels::kLinearSmallRows) {
+  if (prompt && w.prefill_bf16.defined()) {
     return kernels::linear_float32(x, w.prefill_bf16, float_prefill_gemm());
   }
   // GGUF blocks (CPU only): decoded row by row inside the kernel; a matrix of

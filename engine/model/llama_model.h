@@ -79,13 +79,17 @@ class LlamaModel {
   kernels::QuantDot quant_dot() const { return quant_dot_; }
   // The GEMM of prompt-sized batches on CPU (kernels/prefill_gemm.h):
   // float32 (the default), bfloat16 inputs with float32 accumulation, or
-  // int8 products on GGUF legacy blocks. bfloat16 keeps a bfloat16 copy of
-  // each layer's matrices for it (2 bytes per weight); int8 keeps the blocks
-  // repacked (kernels/prefill_gemm_int8.h, ~1.1 bytes per weight) and
-  // bfloat16 copies of matrices of other types.
+  // int8 products on GGUF legacy blocks. Call it after set_quant_dot: it
+  // also makes what both need, on the calling thread:
+  // - int8 panels (kernels/prefill_gemm_int8.h, ~1.1 bytes per weight) of
+  //   the layers' legacy-block matrices, under gemm kInt8 (prompts) or
+  //   quant_dot kInt8 (decode-sized batches: the panels are the int8 dot's
+  //   kernel for the layers; the LM head keeps the block dot);
+  // - a bfloat16 copy (2 bytes per weight) of each other layer matrix under
+  //   kBFloat16 or kInt8.
   void set_prefill_gemm(kernels::PrefillGemm gemm);
-  // Bytes of those copies (0 when none are kept).
-  int64_t prefill_copy_bytes() const { return prefill_copy_bytes_; }
+  // Bytes of those panels and copies (0 when none are kept).
+  int64_t repacked_bytes() const { return repacked_bytes_; }
 
   const ModelConfig& config() const { return config_; }
   // Storage dtype of the weights (and of a KV cache made for this model).
@@ -152,7 +156,7 @@ class LlamaModel {
   kernels::PrefillGemm float_prefill_gemm() const;
 
   kernels::PrefillGemm prefill_gemm_ = kernels::PrefillGemm::kFloat32;
-  int64_t prefill_copy_bytes_ = 0;
+  int64_t repacked_bytes_ = 0;
 };
 
 // Loads a model: a .gguf file, a Hugging Face directory (config.json +

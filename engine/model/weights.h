@@ -38,10 +38,13 @@ struct LinearWeight {
   // GEMMs under --prefill-gemm=bfloat16 (LlamaModel::set_prefill_gemm) so no
   // chunk decodes and rounds the weights again; undefined otherwise.
   at::Tensor prefill_bf16;
-  // Under --prefill-gemm=int8, parts repacked for the int8 prompt GEMM
-  // (kernels/prefill_gemm_int8.h), one per part, when every part's type has
-  // them; prefill_bf16 stands in for the other matrices.
-  std::vector<kernels::Int8Panels> prefill_int8;
+  // Parts repacked for int8 products (kernels/prefill_gemm_int8.h), one per
+  // part, when every part's type has them (LlamaModel::set_prefill_gemm):
+  // byte panels for prompts under --prefill-gemm=int8, and panels for
+  // decode-sized batches under --quantized-dot=int8 (nibbles for 4-bit
+  // types: decode reads every weight each step; the same bits). Empty
+  // otherwise.
+  std::vector<kernels::Int8Panels> prompt_panels, decode_panels;
 
   bool quantized() const { return !dense.defined(); }
   int64_t rows() const;

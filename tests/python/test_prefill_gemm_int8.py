@@ -1,7 +1,9 @@
-"""The int8 prompt GEMM on GGUF blocks (kernels/prefill_gemm_int8.h,
---prefill-gemm=int8) against a float64 product of the weights as the `gguf`
-package decodes them, on random valid blocks of each legacy type; and its
-VNNI kernel against its portable one, bit for bit."""
+"""The int8 panels GEMM on GGUF blocks (kernels/prefill_gemm_int8.h:
+--prefill-gemm=int8 for prompts, --quantized-dot=int8 for decode) against a
+float64 product of the weights as the `gguf` package decodes them, on random
+valid blocks of each legacy type; its VNNI kernel against its portable one,
+and the 4-bit types' nibble layout against the byte layout, bit for bit; and
+every row's bits independent of the batch (batching invariance)."""
 import numpy as np
 import pytest
 import torch
@@ -48,11 +50,21 @@ def test_int8_prompt_gemm_vs_float64_reference(torch_ops, qtype):
     u = ((w.view(rows, bpr, 32) - off[..., None]) / d[..., None]).round().nan_to_num(0.0)
     assert u.min() >= 0 and u.max() <= 255
     blocks = torch.from_numpy(data.copy())
-    for m in (65, 70, 131):  # prompt-sized, tails of 1-3 rows after tiles of 4
+    nibbles = qtype in (T.Q4_0, T.Q4_1)
+    for m in (1, 2, 3, 16, 65, 70, 131):  # tiles of 4 rows, then of 2 and 1
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(20 + m)) * 3
-        got = torch_ops.linear_int8_panels(x, blocks, int(qtype), k, "widest")
-        portable = torch_ops.linear_int8_panels(x, blocks, int(qtype), k, "portable")
+        got = torch_ops.linear_int8_panels(x, blocks, int(qtype), k, "widest", False)
+        portable = torch_ops.linear_int8_panels(x, blocks, int(qtype), k, "portable", False)
         assert torch.equal(got, portable), f"m={m}: the VNNI kernel differs from the portable one"
+        if nibbles:
+            for isa in ("widest", "portable"):
+                packed = torch_ops.linear_int8_panels(x, blocks, int(qtype), k, isa, True)
+                assert torch.equal(packed, got), f"m={m} {isa}: nibbles differ from bytes"
+        # A row's result does not depend on the rows computed with it.
+        for i in (0, m - 1):
+            alone = torch_ops.linear_int8_panels(x[i:i + 1], blocks, int(qtype), k, "widest",
+                                                 False)
+            assert torch.equal(alone[0], got[i]), f"m={m} row {i}"
         ref = x.double() @ w.T
         xd = x.double().view(m, bpr, 32).abs().amax(-1) / 127  # d_x [m, blocks]
         quant = (xd / 2) @ w.abs().view(rows, bpr, 32).sum(-1).T
@@ -70,8 +82,12 @@ def test_int8_prompt_gemm_rejects_k_quants_and_bad_shapes(torch_ops):
     data, k = _random_blocks(T.Q4_K, rows=2, blocks_per_row=1, seed=1)
     with pytest.raises(RuntimeError, match="no panels for Q4_K"):
         torch_ops.linear_int8_panels(torch.zeros(70, k), torch.from_numpy(data.copy()),
-                                     int(T.Q4_K), k, "widest")
+                                     int(T.Q4_K), k, "widest", False)
+    data, k = _random_blocks(T.Q8_0, rows=2, blocks_per_row=2, seed=1)
+    with pytest.raises(RuntimeError, match="more than 4 bits"):
+        torch_ops.linear_int8_panels(torch.zeros(70, k), torch.from_numpy(data.copy()),
+                                     int(T.Q8_0), k, "widest", True)
     data, k = _random_blocks(T.Q4_1, rows=2, blocks_per_row=2, seed=1)
     with pytest.raises(RuntimeError, match="x"):
         torch_ops.linear_int8_panels(torch.zeros(70, k + 32), torch.from_numpy(data.copy()),
-                                     int(T.Q4_1), k, "widest")
+                                     int(T.Q4_1), k, "widest", False)

@@ -35,12 +35,14 @@ at::Tensor LinearQuantized(const at::Tensor& x, const at::Tensor& blocks, int64_
 }
 
 // The int8 prompt GEMM (kernels/prefill_gemm_int8.h) on `blocks`, packed
-// per call; isa: "portable" or "widest" (the VNNI kernel where the CPU has it).
+// per call (as nibbles when `nibbles`); isa: "portable" or "widest" (the VNNI
+// kernel where the CPU has it).
 at::Tensor LinearInt8Panels(const at::Tensor& x, const at::Tensor& blocks, int64_t ggml_type,
-                            int64_t cols, const std::string& isa) {
+                            int64_t cols, const std::string& isa, bool nibbles) {
   TORCH_CHECK(isa == "portable" || isa == "widest", "isa: expected portable or widest, got ", isa);
   const Int8Panels w = pack_int8_panels(
-      make_quant_matrix(TypeOf(ggml_type), blocks.size(0), cols, blocks.contiguous(), "blocks"));
+      make_quant_matrix(TypeOf(ggml_type), blocks.size(0), cols, blocks.contiguous(), "blocks"),
+      nibbles);
   return linear_int8_panels(x, w, isa == "portable" ? CpuIsa::kPortable : cpu_isa());
 }
 
@@ -53,6 +55,8 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
         &snapserve::kernels::GgufDequantize);
   m.def("linear_quantized(Tensor x, Tensor blocks, int ggml_type, int cols, str dot) -> Tensor",
         &snapserve::kernels::LinearQuantized);
-  m.def("linear_int8_panels(Tensor x, Tensor blocks, int ggml_type, int cols, str isa) -> Tensor",
+  m.def(
+      "linear_int8_panels(Tensor x, Tensor blocks, int ggml_type, int cols, str isa, "
+      "bool nibbles) -> Tensor",
         &snapserve::kernels::LinearInt8Panels);
 }

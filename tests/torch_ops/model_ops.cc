@@ -43,8 +43,11 @@ LlamaModel& GetModel(const std::string& path, const std::string& dtype, const st
     auto m = LoadModel(path, ParseDtype(dtype), at::Device(device), LogToStderr,
                        int8 ? kernels::QuantDot::kInt8 : kernels::QuantDot::kExact);
     TORCH_CHECK(m.ok(), m.status().ToString());
-    if (bf16_gemm) m.value()->set_prefill_gemm(kernels::PrefillGemm::kBFloat16);
-    if (int8_gemm) m.value()->set_prefill_gemm(kernels::PrefillGemm::kInt8);
+    // As Engine::Create: after the load, always (it packs the int8 dot's
+    // panels too).
+    m.value()->set_prefill_gemm(bf16_gemm   ? kernels::PrefillGemm::kBFloat16
+                                : int8_gemm ? kernels::PrefillGemm::kInt8
+                                            : kernels::PrefillGemm::kFloat32);
     it = cache.emplace(key, std::move(m).value()).first;
   }
   return *it->second;

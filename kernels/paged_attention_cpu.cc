@@ -24,7 +24,7 @@ namespace {
 // Widens `count` cache elements (bfloat16 or float16, as 16-bit words) to
 // float. For float32 caches callers skip the copy.
 template <typename T>
-void widen_portable(const uint16_t* src, int64_t count, float* dst) {
+void widen_portable(const uint16_t* src, int64_t count, float* dst, const uint16_t*) {
   const T* s = reinterpret_cast<const T*>(src);
   for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(s[i]);
 }
@@ -159,8 +159,19 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
           kb = k_ptr + offset;
           vb = v_ptr + offset;
         } else {
-          widen(reinterpret_cast<const uint16_t*>(k_ptr + offset), n * head_dim, kbuf.data());
-          widen(reinterpret_cast<const uint16_t*>(v_ptr + offset), n * head_dim, vbuf.data());
+          // The next block's entries are prefetched while this one widens.
+          const uint16_t* next_k16 = nullptr;
+          const uint16_t* next_v16 = nullptr;
+          if (blk + 1 < num_blocks) {
+            const int64_t ahead = (int64_t{tables[b * max_blocks + blk + 1]} * num_kv_heads + g) *
+                                  block_size * head_dim;
+            next_k16 = reinterpret_cast<const uint16_t*>(k_ptr + ahead);
+            next_v16 = reinterpret_cast<const uint16_t*>(v_ptr + ahead);
+          }
+          widen(reinterpret_cast<const uint16_t*>(k_ptr + offset), n * head_dim, kbuf.data(),
+                next_k16);
+          widen(reinterpret_cast<const uint16_t*>(v_ptr + offset), n * head_dim, vbuf.data(),
+                next_v16);
           kb = kbuf.data();
           vb = vbuf.data();
         }

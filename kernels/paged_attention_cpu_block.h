@@ -36,9 +36,11 @@ void fold_block_avx2(const HeadGroup& hg, const float* k, const float* v, int64_
 
 // dst[i] = float(src[i]) for i < n, for a bfloat16 or float16 cache (both
 // widen exactly). The AVX2 ones need cpu_isa() above kPortable (F16C for
-// float16).
-using WidenFn = void (*)(const uint16_t* src, int64_t n, float* dst);
-void widen_bfloat16_avx2(const uint16_t* src, int64_t n, float* dst);
-void widen_float16_avx2(const uint16_t* src, int64_t n, float* dst);
+// float16). `next`: the next block's entries (n of them), prefetched into L2
+// in step with the widening, or nullptr: a 16-bit block is read here, so
+// this is where its cache misses would wait (SpreadPrefetch, prefetch.h).
+using WidenFn = void (*)(const uint16_t* src, int64_t n, float* dst, const uint16_t* next);
+void widen_bfloat16_avx2(const uint16_t* src, int64_t n, float* dst, const uint16_t* next);
+void widen_float16_avx2(const uint16_t* src, int64_t n, float* dst, const uint16_t* next);
 
 }  // namespace snapserve::kernels::cpu

@@ -66,10 +66,18 @@ kernels::PrefillGemm LlamaModel::float_prefill_gemm() const {
 void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
   prefill_gemm_ = gemm;
   repacked_bytes_ = 0;
-  // The LM head is left out: a prefill asks it for one row of logits, and a
-  // decode step's one read of its blocks is what the int8 dot is fastest at.
   const bool cpu = device_.is_cpu();
   const bool int8_decode = quant_dot_ == kernels::QuantDot::kInt8;
+  // The LM head gets decode panels only: a prefill asks it for one row of
+  // logits (decode-sized).
+  w_.lm_head.decode_panels.clear();
+  if (cpu && int8_decode && HasInt8Panels(w_.lm_head)) {
+    for (const kernels::QuantMatrix& part : w_.lm_head.parts) {
+      w_.lm_head.decode_panels.push_back(
+          kernels::pack_int8_panels(part, kernels::has_nibble_panels(part.type)));
+      repacked_bytes_ += w_.lm_head.decode_panels.back().nbytes();
+    }
+  }
   for (LayerWeights& l : w_.layers) {
     for (LinearWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) {
       const bool panels = cpu && HasInt8Panels(*w);

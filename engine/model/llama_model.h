@@ -81,10 +81,11 @@ class LlamaModel {
   // float32 (the default), bfloat16 inputs with float32 accumulation, or
   // int8 products on GGUF legacy blocks. Call it after set_quant_dot: it
   // also makes what both need, on the calling thread:
-  // - int8 panels (kernels/prefill_gemm_int8.h, ~1.1 bytes per weight) of
-  //   the layers' legacy-block matrices, under gemm kInt8 (prompts) or
-  //   quant_dot kInt8 (decode-sized batches: the panels are the int8 dot's
-  //   kernel for the layers; the LM head keeps the block dot);
+  // - int8 panels (kernels/prefill_gemm_int8.h) of the legacy-block
+  //   matrices: byte panels (1.1 bytes per weight) of the layers' under gemm
+  //   kInt8, for prompts; under quant_dot kInt8, panels of the layers' and
+  //   the LM head's for decode-sized batches, where they are the int8 dot's
+  //   kernel (4-bit types as nibbles: 0.6 bytes per weight);
   // - a bfloat16 copy (2 bytes per weight) of each other layer matrix under
   //   kBFloat16 or kInt8.
   void set_prefill_gemm(kernels::PrefillGemm gemm);

@@ -139,9 +139,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
         impl->model->set_prefill_gemm(options.prefill_gemm);
         if (const int64_t copy = impl->model->repacked_bytes(); copy > 0) {
           log(std::string("layers' matrices repacked for --prefill-gemm=") +
-              prefill_gemm_name(options.prefill_gemm) +
-              " --quantized-dot=" + quant_dot_name(options.quantized_dot) + ": " +
-              std::to_string(copy >> 20) + " MiB");
+              prefill_gemm_name(options.prefill_gemm) + " --quantized-dot=" +
+              quant_dot_name(options.quantized_dot) + ": " + std::to_string(copy >> 20) + " MiB");
         }
         SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));
       } catch (const std::exception& e) {

@@ -155,8 +155,7 @@ SNAPSERVE_AVX2 void widen_bfloat16_avx2(const uint16_t* src, int64_t n, float* d
 }
 
 __attribute__((target("avx2,fma,f16c"))) void widen_float16_avx2(const uint16_t* src, int64_t n,
-                                                                 float* dst,
-                                                                 const uint16_t* next) {
+                                                                 float* dst, const uint16_t* next) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     prefetch_along(next, i);

@@ -78,8 +78,8 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
       const int64_t h = hr / rows, r = hr % rows;
       // Pair t of a row is elements 2t and 2t + 1: the row's bf16 in order.
       cpu::round_to_bf16_avx512bf16(
-          row(qc, h, r), s, reinterpret_cast<uint16_t*>(q_pairs.data() + (h * rows_padded + r) * half),
-          D);
+          row(qc, h, r), s,
+          reinterpret_cast<uint16_t*>(q_pairs.data() + (h * rows_padded + r) * half), D);
     }
   });
   at::parallel_for(0, Hkv * keys, 256, [&](int64_t begin, int64_t end) {

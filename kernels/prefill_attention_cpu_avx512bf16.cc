@@ -115,8 +115,7 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
       __mmask16 m0 = 0xFFFF, m1 = 0xFFFF;
       if (!whole) {
         const int64_t seen = first_pos + row0 + i - key0 + 1;  // keys of this tile it sees
-        const __m512i limit =
-            _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(seen, 0, 32)));
+        const __m512i limit = _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(seen, 0, 32)));
         m0 = _mm512_cmplt_epi32_mask(lane, limit);
         m1 = _mm512_cmplt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(16)), limit);
       }

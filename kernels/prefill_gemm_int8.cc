@@ -57,8 +57,8 @@ bool has_nibble_panels(QuantType type) {
 }
 
 Int8Panels pack_int8_panels(const QuantMatrix& w, bool nibbles) {
-  TORCH_CHECK(has_int8_panels(w.type), "int8 prompt GEMM: no panels for ", quant_format(w.type).name,
-              " blocks");
+  TORCH_CHECK(has_int8_panels(w.type), "int8 prompt GEMM: no panels for ",
+              quant_format(w.type).name, " blocks");
   TORCH_CHECK(!nibbles || has_nibble_panels(w.type), "int8 panels: ", quant_format(w.type).name,
               " blocks have more than 4 bits");
   Int8Panels p;

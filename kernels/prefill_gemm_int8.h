@@ -50,8 +50,8 @@ struct Int8Panels {
   int64_t panels = 0, blocks = 0;  // ceil(n / 32), k / 32
   bool nibbles = false;            // 4-bit layout
   float bias = 0.0f;               // 8, 16 or 128 for the signed types, else 0
-  at::Tensor bytes;   // uint8 [panels, blocks, 8 (4 for nibbles), 2, 16, 4]
-  at::Tensor scales;  // float16 [panels, blocks, 2, 32]: d, then m, per row
+  at::Tensor bytes;                // uint8 [panels, blocks, 8 (4 for nibbles), 2, 16, 4]
+  at::Tensor scales;               // float16 [panels, blocks, 2, 32]: d, then m, per row
 
   int64_t block_bytes() const { return nibbles ? 512 : 1024; }
   int64_t nbytes() const { return bytes.nbytes() + scales.nbytes(); }

@@ -59,8 +59,7 @@ SNAPSERVE_VNNI inline void block_sums(const PanelActivations& x, const uint8_t* 
     for (int64_t g = 0; g < 4; ++g) {
       const __m512i v0 = _mm512_loadu_si512(blk + g * 128);
       const __m512i v1 = _mm512_loadu_si512(blk + g * 128 + 64);
-      quad_products<kRows>(x, _mm512_and_si512(v0, low), _mm512_and_si512(v1, low), i0, b, g,
-                           sum);
+      quad_products<kRows>(x, _mm512_and_si512(v0, low), _mm512_and_si512(v1, low), i0, b, g, sum);
       quad_products<kRows>(x, _mm512_and_si512(_mm512_srli_epi16(v0, 4), low),
                            _mm512_and_si512(_mm512_srli_epi16(v1, 4), low), i0, b, g + 4, sum);
     }

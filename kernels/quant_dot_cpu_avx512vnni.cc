@@ -194,10 +194,10 @@ SNAPSERVE_VNNI bool quantize_blocks_avx512(const float* x, int64_t blocks, int8_
     const float scale = amax / 127.0f;
     const __m512 inv = _mm512_set1_ps(scale > 0.0f ? 1.0f / scale : 0.0f);
     constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    const __m512i q0 = _mm512_cvtps_epi32(
-        _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(x0, inv), kNearest), lo), hi));
-    const __m512i q1 = _mm512_cvtps_epi32(
-        _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(x1, inv), kNearest), lo), hi));
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(
+        _mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(x0, inv), kNearest), lo), hi));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(
+        _mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(x1, inv), kNearest), lo), hi));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i * kDotBlock), _mm512_cvtepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i * kDotBlock + 16), _mm512_cvtepi32_epi8(q1));
     d[i] = scale;

@@ -402,9 +402,10 @@ StatusOr<engine::QuantDot> ParseQuantDot(const std::string& text) {
 }
 
 StatusOr<engine::PrefillGemm> ParsePrefillGemm(const std::string& text) {
-  return ParseNamed(text, {engine::PrefillGemm::kFloat32, engine::PrefillGemm::kBFloat16,
-                     engine::PrefillGemm::kInt8},
-                    &engine::prefill_gemm_name);
+  return ParseNamed(
+      text,
+      {engine::PrefillGemm::kFloat32, engine::PrefillGemm::kBFloat16, engine::PrefillGemm::kInt8},
+      &engine::prefill_gemm_name);
 }
 
 StatusOr<engine::Device> ParseDevice(const std::string& text) {

@@ -58,5 +58,5 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
   m.def(
       "linear_int8_panels(Tensor x, Tensor blocks, int ggml_type, int cols, str isa, "
       "bool nibbles) -> Tensor",
-        &snapserve::kernels::LinearInt8Panels);
+      &snapserve::kernels::LinearInt8Panels);
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/model/rope.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/linear.h"
 #include "kernels/prefill_attention.h"
 #include "kernels/prefill_gemm_int8.h"
@@ -47,9 +48,11 @@ at::Tensor BFloat16Copy(const LinearWeight& w) {
   return at::cat(groups, 0);
 }
 
-// Whether every part of `w` has int8 panels (kernels/prefill_gemm_int8.h).
+// Whether every part of `w` has int8 panels (kernels/prefill_gemm_int8.h)
+// and this CPU runs them fast: without VNNI only their portable twin would,
+// and the AVX2 row kernel of quant_dot.h is faster there.
 bool HasInt8Panels(const LinearWeight& w) {
-  if (!w.quantized()) return false;
+  if (!w.quantized() || kernels::cpu_isa() < kernels::CpuIsa::kAvx512Vnni) return false;
   for (const kernels::QuantMatrix& part : w.parts) {
     if (!kernels::has_int8_panels(part.type)) return false;
   }

@@ -110,8 +110,9 @@ TEST(ServerConfigTest, EveryQuantizedDotName) {
   EXPECT_EQ(Parse({}).config.engine.prefill_gemm, engine::PrefillGemm::kFloat32);
   EXPECT_EQ(Parse({"--prefill-gemm=bfloat16"}).config.engine.prefill_gemm,
             engine::PrefillGemm::kBFloat16);
+  EXPECT_EQ(Parse({"--prefill-gemm=int8"}).config.engine.prefill_gemm, engine::PrefillGemm::kInt8);
   ParseResult bad_gemm = Parse({"--prefill-gemm=int4"});
-  EXPECT_EQ(bad_gemm.message, "--prefill-gemm: expected one of float32|bfloat16, got 'int4'");
+  EXPECT_EQ(bad_gemm.message, "--prefill-gemm: expected one of float32|bfloat16|int8, got 'int4'");
 }
 
 TEST(ServerConfigTest, EveryDeviceForm) {

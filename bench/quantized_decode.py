@@ -8,7 +8,7 @@ float32: what snapserve did with the Q4_1 file before), the default `Q4_1`
 file itself, `Q8_0`, and a llama.cpp-style `Q4_K_M` mix (ffn_down Q4_K, the
 rest Q5_0). Each quantized model runs with --quantized-dot exact and int8.
 Figures, medians of --runs: batch-1 decode step (after a 512-token prompt),
-batch-16 decode step (16 prompts of 64-200 tokens; model_greedy_batch),
+batch-16 decode step (16 prompts of 64-200 tokens; model_batch_decode_seconds),
 prefill of 512 tokens; the bytes a batch-1 decode step reads (the layers'
 matrices, the LM head, and the float32 KV cache of the 512-token prompt and
 the steps so far, at their mean length) and what share of the machine's
@@ -21,7 +21,6 @@ import pathlib
 import statistics
 import sys
 import tempfile
-import time
 
 import torch
 
@@ -68,15 +67,11 @@ def kv_bytes_per_position(path):
 
 
 def batch16_step_s(ops, path, dtype, prompts, steps):
+    """Decode steps timed alone, inside the op (taking them as the difference
+    of two whole runs, prefill included, came out negative on a noisy VM)."""
     flat = [t for p in prompts for t in p]
     lengths = [len(p) for p in prompts]
-    ops.model_greedy_batch(path, dtype, flat, lengths, 2)  # prefill-only cost, for subtraction
-    t0 = time.perf_counter()
-    ops.model_greedy_batch(path, dtype, flat, lengths, 2)
-    base = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ops.model_greedy_batch(path, dtype, flat, lengths, 2 + steps)
-    return (time.perf_counter() - t0 - base) / steps
+    return ops.model_batch_decode_seconds(path, dtype, flat, lengths, steps) / steps
 
 
 def main():

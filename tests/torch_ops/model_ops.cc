@@ -135,6 +135,37 @@ at::Tensor ModelGreedyBatch(const std::string& path, const std::string& dtype, a
 
 // Timing helper for the benchmark: prefill of `ids` (last logits only), then
 // `decode_steps` batch-1 greedy decode steps. Returns {prefill_s, decode_s}.
+// Seconds of `steps` batched greedy decode steps after prefilling each of
+// the prompts (`flat` cut by `lengths`); the prefill is not timed
+// (bench/quantized_decode.py's batch-16 figure).
+double ModelBatchDecodeSeconds(const std::string& path, const std::string& dtype,
+                               at::IntArrayRef flat, at::IntArrayRef lengths, int64_t steps) {
+  LlamaModel& m = GetModel(path, dtype, "cpu");
+  DenseKvStore store(m.config().num_layers, m.config().sliding_window);
+  std::vector<int64_t> seqs, positions;
+  std::vector<int32_t> next;
+  size_t offset = 0;
+  for (int64_t len : lengths) {
+    TORCH_CHECK(len > 0 && offset + len <= flat.size(), "model_batch_decode_seconds: bad lengths");
+    const std::vector<int32_t> prompt(flat.begin() + offset, flat.begin() + offset + len);
+    offset += len;
+    const auto b = static_cast<int64_t>(seqs.size());
+    next.push_back(static_cast<int32_t>(m.Prefill(b, prompt, store).argmax(-1).item<int64_t>()));
+    seqs.push_back(b);
+    positions.push_back(len);
+  }
+  TORCH_CHECK(!seqs.empty() && steps > 0, "model_batch_decode_seconds: nothing to decode");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) {
+    at::Tensor ids = m.Decode(seqs, next, positions, store).argmax(-1);
+    for (size_t b = 0; b < seqs.size(); ++b) {
+      next[b] = static_cast<int32_t>(ids[static_cast<int64_t>(b)].item<int64_t>());
+      ++positions[b];
+    }
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::vector<double> ModelTime(const std::string& path, const std::string& dtype,
                               at::IntArrayRef ids, int64_t decode_steps) {
   LlamaModel& m = GetModel(path, dtype, "cpu");
@@ -269,6 +300,10 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
       &snapserve::model::ModelPagedDecodeLogits);
   m.def("model_greedy_batch(str path, str dtype, int[] flat, int[] lengths, int max_new) -> Tensor",
         &snapserve::model::ModelGreedyBatch);
+  m.def(
+      "model_batch_decode_seconds(str path, str dtype, int[] flat, int[] lengths, int steps) -> "
+      "float",
+      &snapserve::model::ModelBatchDecodeSeconds);
   m.def("model_time(str path, str dtype, int[] ids, int decode_steps) -> float[]",
         &snapserve::model::ModelTime);
   m.def(

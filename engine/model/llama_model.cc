@@ -59,6 +59,21 @@ bool HasInt8Panels(const LinearWeight& w) {
   return true;
 }
 
+// Decode's panels of one part: nibbles where the type has them (decode reads
+// every weight each step), else bytes.
+kernels::Int8Panels DecodePanels(const kernels::QuantMatrix& part) {
+  return kernels::pack_int8_panels(part, kernels::has_nibble_panels(part.type));
+}
+
+// `linear(part)` for each part of a fused matrix, columns side by side.
+template <typename Part, typename Fn>
+at::Tensor PartColumns(const std::vector<Part>& parts, const Fn& linear) {
+  if (parts.size() == 1) return linear(parts[0]);
+  std::vector<at::Tensor> columns;
+  for (const Part& part : parts) columns.push_back(linear(part));
+  return at::cat(columns, 1);
+}
+
 }  // namespace
 
 kernels::PrefillGemm LlamaModel::float_prefill_gemm() const {
@@ -76,8 +91,7 @@ void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
   w_.lm_head.decode_panels.clear();
   if (cpu && int8_decode && HasInt8Panels(w_.lm_head)) {
     for (const kernels::QuantMatrix& part : w_.lm_head.parts) {
-      w_.lm_head.decode_panels.push_back(
-          kernels::pack_int8_panels(part, kernels::has_nibble_panels(part.type)));
+      w_.lm_head.decode_panels.push_back(DecodePanels(part));
       repacked_bytes_ += w_.lm_head.decode_panels.back().nbytes();
     }
   }
@@ -87,20 +101,18 @@ void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
       const bool prompt_panels = panels && gemm == kernels::PrefillGemm::kInt8;
       w->prompt_panels.clear();
       w->decode_panels.clear();
-      auto pack = [&](std::vector<kernels::Int8Panels>& to, const kernels::QuantMatrix& part,
-                      bool nibbles) {
-        to.push_back(kernels::pack_int8_panels(part, nibbles));
-        repacked_bytes_ += to.back().nbytes();
-      };
       for (const kernels::QuantMatrix& part : w->parts) {
-        if (prompt_panels) pack(w->prompt_panels, part, false);
+        if (prompt_panels) {
+          w->prompt_panels.push_back(kernels::pack_int8_panels(part));
+          repacked_bytes_ += w->prompt_panels.back().nbytes();
+        }
         if (!panels || !int8_decode) continue;
-        if (kernels::has_nibble_panels(part.type)) {
-          pack(w->decode_panels, part, true);
-        } else if (prompt_panels) {
-          w->decode_panels.push_back(w->prompt_panels.back());  // shares its tensors
+        if (prompt_panels && !kernels::has_nibble_panels(part.type)) {
+          // Decode would pack the same bytes: share the prompt's tensors.
+          w->decode_panels.push_back(w->prompt_panels.back());
         } else {
-          pack(w->decode_panels, part, false);
+          w->decode_panels.push_back(DecodePanels(part));
+          repacked_bytes_ += w->decode_panels.back().nbytes();
         }
       }
       // Prompts take the panels under kInt8, else a bfloat16 copy under
@@ -127,12 +139,8 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
   // invariance holds on them.
   const std::vector<kernels::Int8Panels>& panels = prompt ? w.prompt_panels : w.decode_panels;
   if (!panels.empty()) {
-    if (panels.size() == 1) return kernels::linear_int8_panels(x, panels[0]);
-    std::vector<at::Tensor> columns;
-    for (const kernels::Int8Panels& part : panels) {
-      columns.push_back(kernels::linear_int8_panels(x, part));
-    }
-    return at::cat(columns, 1);
+    return PartColumns(
+        panels, [&](const kernels::Int8Panels& p) { return kernels::linear_int8_panels(x, p); });
   }
   if (prompt && w.prefill_bf16.defined()) {
     return kernels::linear_float32(x, w.prefill_bf16, float_prefill_gemm());
@@ -140,14 +148,9 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
   // GGUF blocks (CPU only): decoded row by row inside the kernel; a matrix of
   // several block types is computed a row group at a time.
   if (w.quantized()) {
-    if (w.parts.size() == 1) {
-      return kernels::linear_quantized(x, w.parts[0], quant_dot_, float_prefill_gemm());
-    }
-    std::vector<at::Tensor> columns;
-    for (const kernels::QuantMatrix& part : w.parts) {
-      columns.push_back(kernels::linear_quantized(x, part, quant_dot_, float_prefill_gemm()));
-    }
-    return at::cat(columns, 1);
+    return PartColumns(w.parts, [&](const kernels::QuantMatrix& part) {
+      return kernels::linear_quantized(x, part, quant_dot_, float_prefill_gemm());
+    });
   }
   // CPU float32 compute (float32 or bfloat16 weights): the fixed-order kernel
   // for decode-sized batches (kernels/linear.h); elsewhere LibTorch's.

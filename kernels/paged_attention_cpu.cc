@@ -3,7 +3,8 @@
 // (GQA). Each block of block_size entries is scored at once, then folded into
 // a running (max, sum, accumulator) triple: online softmax, so memory stays
 // O(block_size) per head whatever the context length. The per-block step is
-// in paged_attention_cpu_block.h (portable here, AVX2 in _avx2.cc).
+// in paged_attention_cpu_block.h (portable here, AVX2 in _avx2.cc, where a
+// 16-bit cache is read in place).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 
@@ -21,12 +22,11 @@ namespace snapserve::kernels::cpu {
 
 namespace {
 
-// Widens `count` cache elements (bfloat16 or float16, as 16-bit words) to
-// float. For float32 caches callers skip the copy.
+// Widens `count` cache elements (bfloat16 or float16) to float, for the
+// portable block step. The SIMD steps widen as they load instead.
 template <typename T>
-void widen_portable(const uint16_t* src, int64_t count, float* dst, const uint16_t*) {
-  const T* s = reinterpret_cast<const T*>(src);
-  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(s[i]);
+void widen_portable(const T* src, int64_t count, float* dst) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -93,18 +93,14 @@ FoldBlockFn fold_block_for(int64_t head_dim) {
   return fold_block_portable;
 }
 
-// A 16-bit cache's widening step; nullptr for float32 caches (read in place).
+// A 16-bit cache's SIMD block step, which reads its rows in place; nullptr
+// where the portable step runs (on rows widened into a scratch buffer first).
 template <typename T>
-WidenFn widen_for() {
-  const bool simd = cpu_isa() != CpuIsa::kPortable;
-  if constexpr (std::is_same_v<T, c10::BFloat16>) {
-    return simd ? widen_bfloat16_avx2 : widen_portable<T>;
-  } else if constexpr (std::is_same_v<T, c10::Half>) {
-    return simd ? widen_float16_avx2 : widen_portable<T>;
-  } else {
-    static_assert(std::is_same_v<T, float>);
-    return nullptr;
-  }
+FoldBlock16Fn fold_block16_for(int64_t head_dim) {
+  if (cpu_isa() == CpuIsa::kPortable || head_dim % 8 != 0) return nullptr;
+  if constexpr (std::is_same_v<T, c10::BFloat16>) return fold_block_bfloat16_avx2;
+  if constexpr (std::is_same_v<T, c10::Half>) return fold_block_float16_avx2;
+  return nullptr;
 }
 
 // T: the cache's element type; Q: the query's and output's (T or float).
@@ -128,14 +124,16 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
   Q* out_ptr = out.data_ptr<Q>();
   constexpr bool kIsFloat = std::is_same_v<T, float>;
   const FoldBlockFn fold = fold_block_for(head_dim);
-  const WidenFn widen = widen_for<T>();
+  const FoldBlock16Fn fold16 = fold_block16_for<T>(head_dim);
+  // Rows widened for the portable step of a 16-bit cache.
+  const bool widen = !kIsFloat && fold16 == nullptr;
 
   at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
     // Per-thread scratch, reused across the (sequence, head) pairs it handles.
     std::vector<float> qf(group * head_dim), acc(group * head_dim);
     std::vector<float> scores(score_scratch(block_size)), run_max(group), run_sum(group);
-    std::vector<float> kbuf(kIsFloat ? 0 : block_size * head_dim);
-    std::vector<float> vbuf(kIsFloat ? 0 : block_size * head_dim);
+    std::vector<float> kbuf(widen ? block_size * head_dim : 0);
+    std::vector<float> vbuf(widen ? block_size * head_dim : 0);
 
     for (int64_t pair = begin; pair < end; ++pair) {
       const int64_t b = pair / num_kv_heads;
@@ -153,42 +151,26 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
         const int64_t phys = tables[b * max_blocks + blk];
         const int64_t n = std::min(block_size, ctx - blk * block_size);
         const int64_t offset = (phys * num_kv_heads + g) * block_size * head_dim;
-        const float* kb;
-        const float* vb;
+        // The next block's rows, for the SIMD steps to prefetch.
+        const T* next_k = nullptr;
+        const T* next_v = nullptr;
+        if (blk + 1 < num_blocks) {
+          const int64_t ahead = (int64_t{tables[b * max_blocks + blk + 1]} * num_kv_heads + g) *
+                                block_size * head_dim;
+          next_k = k_ptr + ahead;
+          next_v = v_ptr + ahead;
+        }
         if constexpr (kIsFloat) {
-          kb = k_ptr + offset;
-          vb = v_ptr + offset;
+          fold(hg, k_ptr + offset, v_ptr + offset, n, scores.data(), next_k, next_v);
+        } else if (!widen) {
+          auto bits = [](const T* p) { return reinterpret_cast<const uint16_t*>(p); };
+          fold16(hg, bits(k_ptr + offset), bits(v_ptr + offset), n, scores.data(), bits(next_k),
+                 bits(next_v));
         } else {
-          // The next block's entries are prefetched while this one widens.
-          const uint16_t* next_k16 = nullptr;
-          const uint16_t* next_v16 = nullptr;
-          if (blk + 1 < num_blocks) {
-            const int64_t ahead = (int64_t{tables[b * max_blocks + blk + 1]} * num_kv_heads + g) *
-                                  block_size * head_dim;
-            next_k16 = reinterpret_cast<const uint16_t*>(k_ptr + ahead);
-            next_v16 = reinterpret_cast<const uint16_t*>(v_ptr + ahead);
-          }
-          widen(reinterpret_cast<const uint16_t*>(k_ptr + offset), n * head_dim, kbuf.data(),
-                next_k16);
-          widen(reinterpret_cast<const uint16_t*>(v_ptr + offset), n * head_dim, vbuf.data(),
-                next_v16);
-          kb = kbuf.data();
-          vb = vbuf.data();
+          widen_portable<T>(k_ptr + offset, n * head_dim, kbuf.data());
+          widen_portable<T>(v_ptr + offset, n * head_dim, vbuf.data());
+          fold(hg, kbuf.data(), vbuf.data(), n, scores.data(), nullptr, nullptr);
         }
-
-        // The next block's rows, for the fold to prefetch. Only float32
-        // caches: other dtypes are widened into kbuf / vbuf, read from L1.
-        const float* next_k = nullptr;
-        const float* next_v = nullptr;
-        if constexpr (kIsFloat) {
-          if (blk + 1 < num_blocks) {
-            const int64_t ahead = (int64_t{tables[b * max_blocks + blk + 1]} * num_kv_heads + g) *
-                                  block_size * head_dim;
-            next_k = k_ptr + ahead;
-            next_v = v_ptr + ahead;
-          }
-        }
-        fold(hg, kb, vb, n, scores.data(), next_k, next_v);
       }
 
       Q* ob = out_ptr + (b * num_heads + g * group) * head_dim;

@@ -7,7 +7,9 @@
 // eight scores, where one horizontal sum per score cost about as many each.
 // The output accumulator of a head stays in registers (64 floats at a time)
 // while the block's values are added into it, instead of being loaded and
-// stored once per entry.
+// stored once per entry. A 16-bit cache is widened as its rows are loaded
+// (exactly: bfloat16 and float16 values are all floats), so it is folded
+// with the same arithmetic as the float32 rows it stands for, and read once.
 #include "kernels/paged_attention_cpu_block.h"
 
 #if defined(__x86_64__)
@@ -25,13 +27,35 @@ namespace snapserve::kernels::cpu {
 
 namespace {
 
-#define SNAPSERVE_AVX2 __attribute__((target("avx2,fma")))
+#define SNAPSERVE_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// Eight cache elements as floats: float32, bfloat16 (the top half of a
+// float32: shift each 16-bit value up) or float16 (F16C, which the AVX2
+// level includes).
+struct Float32Rows {
+  using Element = float;
+  SNAPSERVE_AVX2 static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+};
+struct BFloat16Rows {
+  using Element = uint16_t;
+  SNAPSERVE_AVX2 static __m256 load8(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+struct Float16Rows {
+  using Element = uint16_t;
+  SNAPSERVE_AVX2 static __m256 load8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
 
 // scores[t] = q · k[t] for t < n (up to 7 more slots written, not meaningful).
-SNAPSERVE_AVX2 void block_scores(const float* q, const float* k, int64_t n, int64_t head_dim,
+template <typename Rows, typename E = typename Rows::Element>
+SNAPSERVE_AVX2 void block_scores(const float* q, const E* k, int64_t n, int64_t head_dim,
                                  float* scores, SpreadPrefetch& pf) {
   for (int64_t t0 = 0; t0 < n; t0 += 8) {
-    const float* rows[8];
+    const E* rows[8];
     // Past the block's end a row repeats the last entry (no read beyond it).
     for (int i = 0; i < 8; ++i) rows[i] = k + std::min<int64_t>(t0 + i, n - 1) * head_dim;
     __m256 a[8];
@@ -41,10 +65,25 @@ SNAPSERVE_AVX2 void block_scores(const float* q, const float* k, int64_t n, int6
       pf.step();
       const __m256 qv = _mm256_loadu_ps(q + d);
 #pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[i] + d), a[i]);
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, Rows::load8(rows[i] + d), a[i]);
     }
     _mm256_storeu_ps(scores + t0, simd::sums_of_8(a));
   }
+}
+
+// max(s[0 .. n)), eight lanes at a time (max is exact in any order).
+SNAPSERVE_AVX2 float max_of(const float* s, int64_t n) {
+  float m = s[0];
+  int64_t t = 0;
+  if (n >= 8) {
+    __m256 v = _mm256_loadu_ps(s);
+    for (t = 8; t + 8 <= n; t += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + t));
+    const __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 q = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    m = _mm_cvtss_f32(_mm_max_ss(q, _mm_shuffle_ps(q, q, 1)));
+  }
+  for (; t < n; ++t) m = std::max(m, s[t]);
+  return m;
 }
 
 // s[t] = exp(s[t] - max) for t < n; returns their sum.
@@ -67,8 +106,8 @@ SNAPSERVE_AVX2 float exp_and_sum(float* s, int64_t n, float max) {
 
 // acc[0 .. 8R) = acc * rescale + Σ_t p[t] · v[t][0 .. 8R), accumulators in
 // registers over the whole block.
-template <int R>
-SNAPSERVE_AVX2 void accumulate_values(float* acc, float rescale, const float* p, const float* v,
+template <int R, typename Rows, typename E = typename Rows::Element>
+SNAPSERVE_AVX2 void accumulate_values(float* acc, float rescale, const float* p, const E* v,
                                       int64_t n, int64_t head_dim, SpreadPrefetch& pf) {
   __m256 a[R];
   const __m256 vr = _mm256_set1_ps(rescale);
@@ -77,92 +116,76 @@ SNAPSERVE_AVX2 void accumulate_values(float* acc, float rescale, const float* p,
   for (int64_t t = 0; t < n; ++t) {
     pf.step();
     const __m256 pt = _mm256_broadcast_ss(p + t);
-    const float* row = v + t * head_dim;
+    const E* row = v + t * head_dim;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      a[r] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(row + int64_t{8} * r), a[r]);
+      a[r] = _mm256_fmadd_ps(pt, Rows::load8(row + int64_t{8} * r), a[r]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + int64_t{8} * r, a[r]);
 }
 
-SNAPSERVE_AVX2 void accumulate_all_values(float* acc, float rescale, const float* p, const float* v,
+template <typename Rows, typename E = typename Rows::Element>
+SNAPSERVE_AVX2 void accumulate_all_values(float* acc, float rescale, const float* p, const E* v,
                                           int64_t n, int64_t head_dim, SpreadPrefetch& pf) {
   int64_t d = 0;
   for (; d + 64 <= head_dim; d += 64) {
-    accumulate_values<8>(acc + d, rescale, p, v + d, n, head_dim, pf);
+    accumulate_values<8, Rows>(acc + d, rescale, p, v + d, n, head_dim, pf);
   }
   // The last head_dim % 64 floats: 1 .. 7 registers.
-  using Tail =
-      void (*)(float*, float, const float*, const float*, int64_t, int64_t, SpreadPrefetch&);
+  using Tail = void (*)(float*, float, const float*, const E*, int64_t, int64_t, SpreadPrefetch&);
   static constexpr Tail kTails[] = {nullptr,
-                                    accumulate_values<1>,
-                                    accumulate_values<2>,
-                                    accumulate_values<3>,
-                                    accumulate_values<4>,
-                                    accumulate_values<5>,
-                                    accumulate_values<6>,
-                                    accumulate_values<7>};
+                                    accumulate_values<1, Rows>,
+                                    accumulate_values<2, Rows>,
+                                    accumulate_values<3, Rows>,
+                                    accumulate_values<4, Rows>,
+                                    accumulate_values<5, Rows>,
+                                    accumulate_values<6, Rows>,
+                                    accumulate_values<7, Rows>};
   if (const int64_t regs = (head_dim - d) / 8; regs > 0) {
     kTails[regs](acc + d, rescale, p, v + d, n, head_dim, pf);
   }
 }
 
-}  // namespace
-
-SNAPSERVE_AVX2 void fold_block_avx2(const HeadGroup& hg, const float* k, const float* v, int64_t n,
-                                    float* scores, const float* next_k, const float* next_v) {
+// The block step over rows of any element type; next_k / next_v: the next
+// block's rows to prefetch (n of them: a block with a successor is full).
+template <typename Rows, typename E = typename Rows::Element>
+SNAPSERVE_AVX2 void fold_rows(const HeadGroup& hg, const E* k, const E* v, int64_t n, float* scores,
+                              const E* next_k, const E* next_v) {
   const int64_t D = hg.head_dim;
-  // The first head's passes prefetch the next block (n rows: a block with a
-  // successor is full).
+  constexpr int64_t kSize = sizeof(E);
+  // The first head's passes prefetch the next block.
   SpreadPrefetch pf_k, pf_v, none;
-  if (next_k != nullptr) pf_k = SpreadPrefetch(next_k, n * D, (n + 7) / 8 * (D / 8));
-  if (next_v != nullptr) pf_v = SpreadPrefetch(next_v, n * D, n * ((D + 63) / 64));
+  if (next_k != nullptr) pf_k = SpreadPrefetch(next_k, n * D * kSize, (n + 7) / 8 * (D / 8));
+  if (next_v != nullptr) pf_v = SpreadPrefetch(next_v, n * D * kSize, n * ((D + 63) / 64));
   for (int64_t h = 0; h < hg.group; ++h) {
-    block_scores(hg.q + h * D, k, n, D, scores, h == 0 ? pf_k : none);
-    const float block_max = *std::max_element(scores, scores + n);
-    const float new_max = std::max(hg.run_max[h], block_max);
-    // exp(-inf) = 0 clears the empty state on the first block.
-    const float rescale = std::exp(hg.run_max[h] - new_max);
+    block_scores<Rows>(hg.q + h * D, k, n, D, scores, h == 0 ? pf_k : none);
+    const float new_max = std::max(hg.run_max[h], max_of(scores, n));
+    // exp(-inf) = 0 clears the empty state on the first block. Past the
+    // first blocks the max seldom grows, and exp(0) is exactly 1: no call.
+    const float rescale = new_max == hg.run_max[h] ? 1.f : std::exp(hg.run_max[h] - new_max);
     hg.run_sum[h] = hg.run_sum[h] * rescale + exp_and_sum(scores, n, new_max);
     hg.run_max[h] = new_max;
-    accumulate_all_values(hg.acc + h * D, rescale, scores, v, n, D, h == 0 ? pf_v : none);
+    accumulate_all_values<Rows>(hg.acc + h * D, rescale, scores, v, n, D, h == 0 ? pf_v : none);
   }
 }
 
-namespace {
-// One cache line of the next block per 32 entries widened.
-inline void prefetch_along(const uint16_t* next, int64_t i) {
-  if (next != nullptr && i % 32 == 0) __builtin_prefetch(next + i, 0, 2);
-}
 }  // namespace
 
-// bfloat16 is the top half of a float32: shift each 16-bit value up.
-SNAPSERVE_AVX2 void widen_bfloat16_avx2(const uint16_t* src, int64_t n, float* dst,
-                                        const uint16_t* next) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    prefetch_along(next, i);
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
-  }
-  for (; i < n; ++i) {
-    const uint32_t bits = uint32_t{src[i]} << 16;
-    std::memcpy(dst + i, &bits, sizeof(bits));
-  }
+void fold_block_avx2(const HeadGroup& hg, const float* k, const float* v, int64_t n, float* scores,
+                     const float* next_k, const float* next_v) {
+  fold_rows<Float32Rows>(hg, k, v, n, scores, next_k, next_v);
 }
 
-__attribute__((target("avx2,fma,f16c"))) void widen_float16_avx2(const uint16_t* src, int64_t n,
-                                                                 float* dst, const uint16_t* next) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    prefetch_along(next, i);
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-  }
-  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+void fold_block_bfloat16_avx2(const HeadGroup& hg, const uint16_t* k, const uint16_t* v, int64_t n,
+                              float* scores, const uint16_t* next_k, const uint16_t* next_v) {
+  fold_rows<BFloat16Rows>(hg, k, v, n, scores, next_k, next_v);
+}
+
+void fold_block_float16_avx2(const HeadGroup& hg, const uint16_t* k, const uint16_t* v, int64_t n,
+                             float* scores, const uint16_t* next_k, const uint16_t* next_v) {
+  fold_rows<Float16Rows>(hg, k, v, n, scores, next_k, next_v);
 }
 
 }  // namespace snapserve::kernels::cpu
@@ -172,8 +195,10 @@ __attribute__((target("avx2,fma,f16c"))) void widen_float16_avx2(const uint16_t*
 namespace snapserve::kernels::cpu {
 void fold_block_avx2(const HeadGroup&, const float*, const float*, int64_t, float*, const float*,
                      const float*) {}
-void widen_bfloat16_avx2(const uint16_t*, int64_t, float*, const uint16_t*) {}
-void widen_float16_avx2(const uint16_t*, int64_t, float*, const uint16_t*) {}
+void fold_block_bfloat16_avx2(const HeadGroup&, const uint16_t*, const uint16_t*, int64_t, float*,
+                              const uint16_t*, const uint16_t*) {}
+void fold_block_float16_avx2(const HeadGroup&, const uint16_t*, const uint16_t*, int64_t, float*,
+                             const uint16_t*, const uint16_t*) {}
 }  // namespace snapserve::kernels::cpu
 
 #endif

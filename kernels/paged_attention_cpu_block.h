@@ -34,13 +34,14 @@ void fold_block_portable(const HeadGroup& hg, const float* k, const float* v, in
 void fold_block_avx2(const HeadGroup& hg, const float* k, const float* v, int64_t n, float* scores,
                      const float* next_k, const float* next_v);
 
-// dst[i] = float(src[i]) for i < n, for a bfloat16 or float16 cache (both
-// widen exactly). The AVX2 ones need cpu_isa() above kPortable (F16C for
-// float16). `next`: the next block's entries (n of them), prefetched into L2
-// in step with the widening, or nullptr: a 16-bit block is read here, so
-// this is where its cache misses would wait (SpreadPrefetch, prefetch.h).
-using WidenFn = void (*)(const uint16_t* src, int64_t n, float* dst, const uint16_t* next);
-void widen_bfloat16_avx2(const uint16_t* src, int64_t n, float* dst, const uint16_t* next);
-void widen_float16_avx2(const uint16_t* src, int64_t n, float* dst, const uint16_t* next);
+// The same step over a 16-bit cache's rows (bfloat16 or float16 bits),
+// widened to float32 as they are loaded (exactly: the same bits as folding
+// the widened rows with fold_block_avx2). AVX2 level (F16C included).
+using FoldBlock16Fn = void (*)(const HeadGroup& hg, const uint16_t* k, const uint16_t* v, int64_t n,
+                               float* scores, const uint16_t* next_k, const uint16_t* next_v);
+void fold_block_bfloat16_avx2(const HeadGroup& hg, const uint16_t* k, const uint16_t* v, int64_t n,
+                              float* scores, const uint16_t* next_k, const uint16_t* next_v);
+void fold_block_float16_avx2(const HeadGroup& hg, const uint16_t* k, const uint16_t* v, int64_t n,
+                             float* scores, const uint16_t* next_k, const uint16_t* next_v);
 
 }  // namespace snapserve::kernels::cpu

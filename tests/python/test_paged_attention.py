@@ -22,12 +22,17 @@ bfloat16 only the float32-output path (float32 query over a bfloat16 cache)
 can see it, and there it must.
 """
 import math
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import cuda_available
+from conftest import BUILD_DIR, cuda_available
 
 FLOAT32_TOL = 1e-5
 # One ulp at 1.0 (the spacing of values in [1, 2)): 2^-(mantissa bits).
@@ -129,6 +134,40 @@ def test_float32_query_over_low_precision_cache(torch_ops, cache_dtype, group):
     assert got.dtype == torch.float32 and got.shape == q.shape
     want = reference(q, kc, vc, tables, ctx, 1 / 8)
     assert_rows_close(got, want, torch.float32)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("isa", ["native", "portable"])
+def test_low_precision_cache_read_in_place_equals_its_float32_copy(torch_ops, isa, cache_dtype):
+    """The SIMD step reads a 16-bit cache in place, widening each row as it
+    loads it; every bfloat16/float16 value is a float32, so the result must
+    be the float32 kernel's on a float32 copy of the cache, bit for bit (the
+    portable step widens into a buffer first: the same claim). The float32
+    kernel is the one the tolerance tests above check against torch."""
+    if isa == "portable":
+        # The ISA is read once per process: the portable step needs its own.
+        lib = BUILD_DIR / "tests" / "libsnapserve_torch_ops.so"
+        code = textwrap.dedent(f"""
+            import sys, torch
+            sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+            import test_paged_attention as t
+            torch.ops.load_library({str(lib)!r})
+            t.check_in_place_equals_copy(torch.ops.snapserve, torch.{str(cache_dtype)[6:]})
+        """)
+        env = dict(os.environ, SNAPSERVE_CPU_ISA="portable")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return
+    check_in_place_equals_copy(torch_ops, cache_dtype)
+
+
+def check_in_place_equals_copy(ops, cache_dtype):
+    lens = [1, 15, 16, 17, 333, 1100]
+    q, kc, vc, tables, ctx = make_case(lens, 9, 3, 64, 16, cache_dtype, seed=11)
+    q = torch.randn(q.shape, generator=torch.Generator().manual_seed(5))
+    got = ops.paged_decode_attention(q, kc, vc, tables, ctx, 1 / 8)
+    want = ops.paged_decode_attention(q, kc.float(), vc.float(), tables, ctx, 1 / 8)
+    assert torch.equal(got, want), (got - want).abs().max()
 
 
 @pytest.mark.parametrize("q_dtype, cache_dtype", [

@@ -1,0 +1,101 @@
+"""Benchmark: the two attention kernels alone, on the default model's shapes
+(9 query heads, 3 KV heads, head size 64), without the model around them,
+so that a change to one of them can be measured on a noisy 2-core VM
+(a whole prefill's time varies by more than the change).
+
+- prompt attention (kernels/prefill_attention.h, bfloat16 operands, float32
+  softmax): causal prompts of 1024 and 2048 tokens, one layer; GFLOP/s count
+  the causal half of q·kᵀ and p·v (2 · 2 · H · D · n(n+1)/2 flops).
+- paged decode attention (kernels/paged_attention.h): one decode step of
+  16 sequences over 1100 cached entries (W3's shape) and of 1 sequence over
+  640, one layer, float32 and bfloat16 caches; GB/s count the cache bytes
+  read (K and V of every entry), against the machine's read bandwidth.
+
+Medians of --runs, each the mean of --reps calls.
+
+    SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/attention_kernels.py [--out NAME]
+"""
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import common as c  # noqa: E402
+
+HEADS, KV_HEADS, DIM, BLOCK = 9, 3, 64, 16
+
+
+def timed(fn, runs, reps):
+    fn()
+    samples = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        samples.append((time.perf_counter() - t) / reps)
+    return statistics.median(samples)
+
+
+def prompt_row(ops, n, runs, reps):
+    g = torch.Generator().manual_seed(n)
+    q = torch.randn(HEADS, n, DIM, generator=g) * 2
+    k = torch.randn(KV_HEADS, n, DIM, generator=g)
+    v = torch.randn(KV_HEADS, n, DIM, generator=g)
+    s = timed(lambda: ops.prefill_attention_bf16(q, k, v, DIM ** -0.5), runs, reps)
+    flops = 2 * 2 * HEADS * DIM * n * (n + 1) / 2
+    return {"kernel": "prompt_attention_bf16", "tokens": n, "ms": 1000 * s, "gflop_s": flops / s / 1e9}
+
+
+def decode_row(ops, batch, ctx, dtype, runs, reps):
+    g = torch.Generator().manual_seed(batch * ctx)
+    per_seq = (ctx + BLOCK - 1) // BLOCK
+    blocks = batch * per_seq
+    kc = torch.randn(blocks, KV_HEADS, BLOCK, DIM, generator=g).to(dtype)
+    vc = torch.randn(blocks, KV_HEADS, BLOCK, DIM, generator=g).to(dtype)
+    # Blocks of a sequence scattered over the pool, as after churn.
+    tables = torch.randperm(blocks, generator=g).to(torch.int32).view(batch, per_seq)
+    lens = torch.full((batch,), ctx, dtype=torch.int32)
+    q = torch.randn(batch, HEADS, DIM, generator=g)
+    s = timed(lambda: ops.paged_decode_attention(q, kc, vc, tables, lens, DIM ** -0.5), runs, reps)
+    cache_bytes = 2 * batch * ctx * KV_HEADS * DIM * kc.element_size()
+    return {"kernel": "paged_decode_attention", "batch": batch, "context": ctx,
+            "cache_dtype": str(dtype).replace("torch.", ""), "ms": 1000 * s,
+            "cache_gb_s": cache_bytes / s / 1e9}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--out", default="attention_kernels.json")
+    ap.add_argument("--library", default=os.environ.get("SNAPSERVE_TORCH_OPS"),
+                    help="the torch ops library (default: the build's), e.g. to compare two builds")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.library is None:
+        from snapserve_testkit.paths import build_dir
+        args.library = str(build_dir() / "tests" / "libsnapserve_torch_ops.so")
+    torch.ops.load_library(args.library)
+    ops = torch.ops.snapserve
+    bandwidth = c.memory_bandwidth_gbs(threads=args.threads)
+    rows = [prompt_row(ops, 1024, args.runs, 4), prompt_row(ops, 2048, args.runs, 2)]
+    for dtype in (torch.float32, torch.bfloat16):
+        rows.append(decode_row(ops, 16, 1100, dtype, args.runs, 10))
+        rows.append(decode_row(ops, 1, 640, dtype, args.runs, 100))
+    for row in rows:
+        if "cache_gb_s" in row:
+            row["share_of_bandwidth"] = row["cache_gb_s"] / bandwidth["gb_per_s"]
+        c.log(row)
+    c.write_json(args.out, {"benchmark": "attention_kernels", "machine": c.machine_info(args.threads),
+                            "threads": args.threads, "runs": args.runs, "bandwidth": bandwidth,
+                            "library": args.library, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

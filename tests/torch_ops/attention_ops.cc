@@ -1,0 +1,22 @@
+// Exposes the bfloat16 prompt attention (kernels/prefill_attention.h) as
+// torch.ops.snapserve.prefill_attention_bf16, for bench/prompt_attention.py
+// (its time alone, without the model around it) and for pytest.
+#include <torch/library.h>
+
+#include "kernels/prefill_attention.h"
+
+namespace {
+
+at::Tensor prefill_attention_bf16_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     double scale) {
+  TORCH_CHECK(snapserve::kernels::has_prefill_attention_bf16(q.size(-1)),
+              "prefill_attention_bf16: no AVX512_BF16 path on this CPU for head_dim ", q.size(-1));
+  return snapserve::kernels::prefill_attention_bf16(q, k, v, scale);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(snapserve, m) {
+  m.def("prefill_attention_bf16(Tensor q, Tensor k, Tensor v, float scale) -> Tensor",
+        &prefill_attention_bf16_op);
+}

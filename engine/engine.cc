@@ -181,7 +181,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
       " entries of one layer and KV head (" +
       std::to_string(static_cast<int64_t>(kc.num_blocks) * kc.block_size /
                      (kc.num_layers * kc.num_kv_heads)) +
-      " tokens, " + dtype_name(kv_dtype) + (kc.prefault ? ", prefaulted" : "") + ")");
+      " tokens, " + dtype_name(kv_dtype) + (kc.prefault ? ", prefaulted" : "") +
+      (impl->cache->huge_pages() ? ", 2 MiB pages" : "") + ")");
 
   ModelSummary& s = impl->summary;
   s.model_id = options.model_id.empty()

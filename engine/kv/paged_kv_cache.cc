@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/huge_pages.h"
 #include "kernels/kv_append.h"
 #include "kernels/paged_attention.h"
 
@@ -63,6 +64,9 @@ PagedKvCache::PagedKvCache(const PagedKvCacheConfig& config)
   // are contiguous as the kernels require.
   storage_ = at::empty({2, config.num_blocks, 1, config.block_size, config.head_dim},
                        at::TensorOptions().dtype(config.dtype).device(config.device));
+  // Before anything writes it: a decode step reads scattered blocks, and
+  // 2 MiB pages spare it a TLB miss per block (kernels/huge_pages.h).
+  huge_pages_ = kernels::AdviseHugePages(storage_);
   if (config.prefault) storage_.zero_();
   key_cache_ = storage_[0];
   value_cache_ = storage_[1];

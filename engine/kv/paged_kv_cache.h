@@ -123,6 +123,9 @@ class PagedKvCache : public model::KvStore {
   double usage_ratio() const;
   int32_t block_size() const { return config_.block_size; }
   const PagedKvCacheConfig& config() const { return config_; }
+  // Whether the pool asked for 2 MiB pages and the kernel took the advice
+  // (CPU caches on Linux; kernels/huge_pages.h). Logged at startup.
+  bool huge_pages() const { return huge_pages_; }
 
   // KvStore. Prefill appends the selected entries after whatever `seq` already
   // holds; the count becomes visible once the last layer is stored. A decode
@@ -180,7 +183,8 @@ class PagedKvCache : public model::KvStore {
 
   PagedKvCacheConfig config_;
   BlockPool pool_;
-  at::Tensor storage_;      // [2, num_blocks, 1, block_size, head_dim]
+  at::Tensor storage_;  // [2, num_blocks, 1, block_size, head_dim]
+  bool huge_pages_ = false;
   at::Tensor key_cache_;    // storage_[0]
   at::Tensor value_cache_;  // storage_[1]
   std::unordered_map<int64_t, Sequence> seqs_;

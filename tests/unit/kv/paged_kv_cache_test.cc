@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -264,19 +265,22 @@ TEST(PagedKvCacheTest, BudgetAndBadConfigs) {
 }
 
 // Resident memory of this process in bytes (Linux: VmRSS of /proc/self/status).
-int64_t ResidentBytes() {
-  std::ifstream status("/proc/self/status");
+// A "Key:  N kB" figure of a /proc file, in bytes; -1 if absent.
+int64_t ProcBytes(const char* path, const std::string& wanted) {
+  std::ifstream file(path);
   std::string key;
-  while (status >> key) {
-    if (key == "VmRSS:") {
+  while (file >> key) {
+    if (key == wanted) {
       int64_t kib = 0;
-      status >> kib;
+      file >> kib;
       return kib * 1024;
     }
-    status.ignore(1 << 12, '\n');
+    file.ignore(1 << 12, '\n');
   }
   return -1;
 }
+
+int64_t ResidentBytes() { return ProcBytes("/proc/self/status", "VmRSS:"); }
 
 // What the kernel reports is the oracle: a prefaulted cache is resident at
 // once, a plain one only where blocks were written.
@@ -298,6 +302,34 @@ TEST(PagedKvCacheTest, PrefaultMakesTheWholeCacheResident) {
       EXPECT_LT(grown, kCacheBytes / 4) << "an untouched cache should not be resident";
     }
   }
+}
+
+// The kernel's accounting is the oracle again: with transparent huge pages
+// available to madvise (Debian's default mode), the pool asks for them
+// before its first write, so a prefaulted pool is backed (at least in part:
+// only whole 2 MiB pages inside it qualify) by huge pages.
+TEST(PagedKvCacheTest, CpuPoolAsksForHugePages) {
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes((std::istreambuf_iterator<char>(thp)), std::istreambuf_iterator<char>());
+  if (modes.find("[never]") != std::string::npos || modes.empty()) {
+    GTEST_SKIP() << "transparent huge pages are off on this system";
+  }
+  if (ProcBytes("/proc/self/smaps_rollup", "AnonHugePages:") < 0) {
+    GTEST_SKIP() << "no /proc/self/smaps_rollup AnonHugePages on this system";
+  }
+  PagedKvCacheConfig c = SmallConfig(0, 16);
+  c.num_blocks = PagedKvCache::NumBlocksForBudget(c, int64_t{64} << 20);
+  c.prefault = true;
+  const int64_t before = ProcBytes("/proc/self/smaps_rollup", "AnonHugePages:");
+  auto cache = PagedKvCache::Create(c);
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  EXPECT_TRUE((*cache)->huge_pages());
+  const int64_t grown = ProcBytes("/proc/self/smaps_rollup", "AnonHugePages:") - before;
+  EXPECT_GT(grown, 0) << "no huge page backs the prefaulted 64 MiB pool";
+  // A pool smaller than one huge page holds none.
+  auto small = PagedKvCache::Create(SmallConfig(8));
+  ASSERT_TRUE(small.ok());
+  EXPECT_FALSE((*small)->huge_pages());
 }
 
 TEST(PagedKvCacheTest, RandomAddRemoveLeavesEveryBlockFree) {

@@ -86,9 +86,15 @@ void fold_block_portable(const HeadGroup& hg, const float* k, const float* v, in
 
 namespace {
 
-// One implementation per process (see kernels/cpu_isa.h); the SIMD one needs
-// head_dim a multiple of its 8 lanes.
-FoldBlockFn fold_block_for(int64_t head_dim) {
+// One implementation per process (see kernels/cpu_isa.h): the AVX-512 group
+// step where the shape suits it, else the AVX2 one (head_dim a multiple of
+// its 8 lanes), else the portable one.
+bool group_fold(int64_t group, int64_t head_dim) {
+  return cpu_isa() >= CpuIsa::kAvx512 && has_group_fold_avx512(group, head_dim);
+}
+
+FoldBlockFn fold_block_for(int64_t group, int64_t head_dim) {
+  if (group_fold(group, head_dim)) return fold_group_avx512;
   if (cpu_isa() != CpuIsa::kPortable && head_dim % 8 == 0) return fold_block_avx2;
   return fold_block_portable;
 }
@@ -96,10 +102,15 @@ FoldBlockFn fold_block_for(int64_t head_dim) {
 // A 16-bit cache's SIMD block step, which reads its rows in place; nullptr
 // where the portable step runs (on rows widened into a scratch buffer first).
 template <typename T>
-FoldBlock16Fn fold_block16_for(int64_t head_dim) {
+FoldBlock16Fn fold_block16_for(int64_t group, int64_t head_dim) {
   if (cpu_isa() == CpuIsa::kPortable || head_dim % 8 != 0) return nullptr;
-  if constexpr (std::is_same_v<T, c10::BFloat16>) return fold_block_bfloat16_avx2;
-  if constexpr (std::is_same_v<T, c10::Half>) return fold_block_float16_avx2;
+  const bool wide = group_fold(group, head_dim);
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    return wide ? fold_group_bfloat16_avx512 : fold_block_bfloat16_avx2;
+  }
+  if constexpr (std::is_same_v<T, c10::Half>) {
+    return wide ? fold_group_float16_avx512 : fold_block_float16_avx2;
+  }
   return nullptr;
 }
 
@@ -123,15 +134,15 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
   const int32_t* lens = context_lens.data_ptr<int32_t>();
   Q* out_ptr = out.data_ptr<Q>();
   constexpr bool kIsFloat = std::is_same_v<T, float>;
-  const FoldBlockFn fold = fold_block_for(head_dim);
-  const FoldBlock16Fn fold16 = fold_block16_for<T>(head_dim);
+  const FoldBlockFn fold = fold_block_for(group, head_dim);
+  const FoldBlock16Fn fold16 = fold_block16_for<T>(group, head_dim);
   // Rows widened for the portable step of a 16-bit cache.
   const bool widen = !kIsFloat && fold16 == nullptr;
 
   at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
     // Per-thread scratch, reused across the (sequence, head) pairs it handles.
     std::vector<float> qf(group * head_dim), acc(group * head_dim);
-    std::vector<float> scores(score_scratch(block_size)), run_max(group), run_sum(group);
+    std::vector<float> scores(score_scratch(block_size, group)), run_max(group), run_sum(group);
     std::vector<float> kbuf(widen ? block_size * head_dim : 0);
     std::vector<float> vbuf(widen ? block_size * head_dim : 0);
 

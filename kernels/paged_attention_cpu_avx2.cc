@@ -19,7 +19,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/exp_avx2.h"
+#include "kernels/paged_attention_cpu_rows.h"
+#include "kernels/paged_attention_cpu_softmax.h"
 #include "kernels/prefetch.h"
 #include "kernels/simd_sums.h"
 
@@ -28,27 +29,6 @@ namespace snapserve::kernels::cpu {
 namespace {
 
 #define SNAPSERVE_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-// Eight cache elements as floats: float32, bfloat16 (the top half of a
-// float32: shift each 16-bit value up) or float16 (F16C, which the AVX2
-// level includes).
-struct Float32Rows {
-  using Element = float;
-  SNAPSERVE_AVX2 static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-};
-struct BFloat16Rows {
-  using Element = uint16_t;
-  SNAPSERVE_AVX2 static __m256 load8(const uint16_t* p) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-};
-struct Float16Rows {
-  using Element = uint16_t;
-  SNAPSERVE_AVX2 static __m256 load8(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-};
 
 // scores[t] = q · k[t] for t < n (up to 7 more slots written, not meaningful).
 template <typename Rows, typename E = typename Rows::Element>
@@ -69,39 +49,6 @@ SNAPSERVE_AVX2 void block_scores(const float* q, const E* k, int64_t n, int64_t 
     }
     _mm256_storeu_ps(scores + t0, simd::sums_of_8(a));
   }
-}
-
-// max(s[0 .. n)), eight lanes at a time (max is exact in any order).
-SNAPSERVE_AVX2 float max_of(const float* s, int64_t n) {
-  float m = s[0];
-  int64_t t = 0;
-  if (n >= 8) {
-    __m256 v = _mm256_loadu_ps(s);
-    for (t = 8; t + 8 <= n; t += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + t));
-    const __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 q = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    m = _mm_cvtss_f32(_mm_max_ss(q, _mm_shuffle_ps(q, q, 1)));
-  }
-  for (; t < n; ++t) m = std::max(m, s[t]);
-  return m;
-}
-
-// s[t] = exp(s[t] - max) for t < n; returns their sum.
-SNAPSERVE_AVX2 float exp_and_sum(float* s, int64_t n, float max) {
-  const __m256 vm = _mm256_set1_ps(max);
-  __m256 vsum = _mm256_setzero_ps();
-  int64_t t = 0;
-  for (; t + 8 <= n; t += 8) {
-    const __m256 e = simd::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
-    _mm256_storeu_ps(s + t, e);
-    vsum = _mm256_add_ps(vsum, e);
-  }
-  float sum = simd::lane_sum_avx2(vsum);
-  for (; t < n; ++t) {
-    s[t] = std::exp(s[t] - max);
-    sum += s[t];
-  }
-  return sum;
 }
 
 // acc[0 .. 8R) = acc * rescale + Σ_t p[t] · v[t][0 .. 8R), accumulators in
@@ -161,12 +108,7 @@ SNAPSERVE_AVX2 void fold_rows(const HeadGroup& hg, const E* k, const E* v, int64
   if (next_v != nullptr) pf_v = SpreadPrefetch(next_v, n * D * kSize, n * ((D + 63) / 64));
   for (int64_t h = 0; h < hg.group; ++h) {
     block_scores<Rows>(hg.q + h * D, k, n, D, scores, h == 0 ? pf_k : none);
-    const float new_max = std::max(hg.run_max[h], max_of(scores, n));
-    // exp(-inf) = 0 clears the empty state on the first block. Past the
-    // first blocks the max seldom grows, and exp(0) is exactly 1: no call.
-    const float rescale = new_max == hg.run_max[h] ? 1.f : std::exp(hg.run_max[h] - new_max);
-    hg.run_sum[h] = hg.run_sum[h] * rescale + exp_and_sum(scores, n, new_max);
-    hg.run_max[h] = new_max;
+    const float rescale = softmax::fold_scores(hg, h, scores, n);
     accumulate_all_values<Rows>(hg.acc + h * D, rescale, scores, v, n, D, h == 0 ? pf_v : none);
   }
 }

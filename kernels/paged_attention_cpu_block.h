@@ -19,12 +19,19 @@ struct HeadGroup {
 
 // Folds one block of n (1 .. block_size) cache entries, rows k[t], v[t] of
 // head_dim floats, into every head of the group. `scores`: scratch for
-// score_scratch(n) floats. next_k / next_v: the next block's K and V rows
+// score_scratch(block_size, group) floats. next_k / next_v: the next block's K and V rows
 // (block_size of them) for the SIMD path to prefetch, or nullptr.
 using FoldBlockFn = void (*)(const HeadGroup& hg, const float* k, const float* v, int64_t n,
                              float* scores, const float* next_k, const float* next_v);
 
-inline int64_t score_scratch(int64_t block_size) { return (block_size + 7) / 8 * 8; }
+// Scores of one head for a block of n entries (rounded up for the SIMD
+// steps' whole vectors), and the scratch a step needs: one such row per head
+// of the group (the AVX-512 step scores every head first; the others reuse
+// the first row).
+inline int64_t score_stride(int64_t n) { return (n + 7) / 8 * 8; }
+inline int64_t score_scratch(int64_t block_size, int64_t group) {
+  return group * score_stride(block_size);
+}
 
 void fold_block_portable(const HeadGroup& hg, const float* k, const float* v, int64_t n,
                          float* scores, const float* next_k, const float* next_v);
@@ -43,5 +50,17 @@ void fold_block_bfloat16_avx2(const HeadGroup& hg, const uint16_t* k, const uint
                               float* scores, const uint16_t* next_k, const uint16_t* next_v);
 void fold_block_float16_avx2(const HeadGroup& hg, const uint16_t* k, const uint16_t* v, int64_t n,
                              float* scores, const uint16_t* next_k, const uint16_t* next_v);
+
+// AVX-512F steps that fold the whole group per row load
+// (paged_attention_cpu_avx512.cc), float32 and 16-bit caches; only where
+// has_group_fold_avx512(group, head_dim) and cpu_isa() >= kAvx512.
+bool has_group_fold_avx512(int64_t group, int64_t head_dim);
+void fold_group_avx512(const HeadGroup& hg, const float* k, const float* v, int64_t n,
+                       float* scores, const float* next_k, const float* next_v);
+void fold_group_bfloat16_avx512(const HeadGroup& hg, const uint16_t* k, const uint16_t* v,
+                                int64_t n, float* scores, const uint16_t* next_k,
+                                const uint16_t* next_v);
+void fold_group_float16_avx512(const HeadGroup& hg, const uint16_t* k, const uint16_t* v, int64_t n,
+                               float* scores, const uint16_t* next_k, const uint16_t* next_v);
 
 }  // namespace snapserve::kernels::cpu

@@ -122,7 +122,7 @@ def test_matches_dense_reference(torch_ops, dtype, group):
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("group", [1, 3])
+@pytest.mark.parametrize("group", [1, 2, 3, 4])
 def test_float32_query_over_low_precision_cache(torch_ops, cache_dtype, group):
     """A bfloat16 model computes in float32 on CPU (weight-only bfloat16):
     its float32 query reads the bfloat16 cache as is and gets a float32

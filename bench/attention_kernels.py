@@ -8,14 +8,17 @@ so that a change to one of them can be measured on a noisy 2-core VM
   the causal half of q·kᵀ and p·v (2 · 2 · H · D · n(n+1)/2 flops).
 - paged decode attention (kernels/paged_attention.h): one decode step of
   16 sequences over 1100 cached entries (W3's shape) and of 1 sequence over
-  640, one layer, float32 and bfloat16 caches; GB/s count the cache bytes
-  read (K and V of every entry), against the machine's read bandwidth.
+  640 (W1's), all 30 layers, float32 and bfloat16 caches, laid out as the
+  server's pool (scattered one-lane blocks, 2 MiB pages); GB/s count the
+  cache bytes read (K and V of every entry), against the machine's read
+  bandwidth.
 
 Medians of --runs, each the mean of --reps calls.
 
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/attention_kernels.py [--out NAME]
 """
 import argparse
+import ctypes
 import os
 import pathlib
 import statistics
@@ -52,19 +55,44 @@ def prompt_row(ops, n, runs, reps):
     return {"kernel": "prompt_attention_bf16", "tokens": n, "ms": 1000 * s, "gflop_s": flops / s / 1e9}
 
 
-def decode_row(ops, batch, ctx, dtype, runs, reps):
+def huge_page_tensor(shape, dtype):
+    """An empty tensor whose whole 2 MiB pages are advised MADV_HUGEPAGE
+    before the first write, as the server's KV pool (kernels/huge_pages.h)."""
+    t = torch.empty(shape, dtype=dtype)
+    begin = t.data_ptr()
+    end = begin + t.numel() * t.element_size()
+    huge = 2 << 20
+    first, last = (begin + huge - 1) & ~(huge - 1), end & ~(huge - 1)
+    if last > first:
+        libc = ctypes.CDLL(None)
+        libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), 14)  # MADV_HUGEPAGE
+    return t
+
+
+def decode_row(ops, batch, ctx, dtype, runs, reps, layers):
+    """One decode step's attention over `layers` layers, laid out as the
+    server's pool (engine/kv/paged_kv_cache.h): one block per (layer, KV head)
+    lane, the lanes' blocks scattered over one pool, each lane row with the
+    3 query heads of its KV head."""
     g = torch.Generator().manual_seed(batch * ctx)
-    per_seq = (ctx + BLOCK - 1) // BLOCK
-    blocks = batch * per_seq
-    kc = torch.randn(blocks, KV_HEADS, BLOCK, DIM, generator=g).to(dtype)
-    vc = torch.randn(blocks, KV_HEADS, BLOCK, DIM, generator=g).to(dtype)
-    # Blocks of a sequence scattered over the pool, as after churn.
-    tables = torch.randperm(blocks, generator=g).to(torch.int32).view(batch, per_seq)
-    lens = torch.full((batch,), ctx, dtype=torch.int32)
-    q = torch.randn(batch, HEADS, DIM, generator=g)
-    s = timed(lambda: ops.paged_decode_attention(q, kc, vc, tables, lens, DIM ** -0.5), runs, reps)
-    cache_bytes = 2 * batch * ctx * KV_HEADS * DIM * kc.element_size()
-    return {"kernel": "paged_decode_attention", "batch": batch, "context": ctx,
+    per_lane = (ctx + BLOCK - 1) // BLOCK
+    lanes = batch * KV_HEADS
+    blocks = layers * lanes * per_lane
+    kc = huge_page_tensor((blocks, 1, BLOCK, DIM), dtype)
+    vc = huge_page_tensor((blocks, 1, BLOCK, DIM), dtype)
+    kc.copy_(torch.randn(kc.shape, generator=g))
+    vc.copy_(torch.randn(vc.shape, generator=g))
+    tables = torch.randperm(blocks, generator=g).to(torch.int32).view(layers, lanes, per_lane)
+    lens = torch.full((lanes,), ctx, dtype=torch.int32)
+    q = torch.randn(lanes, HEADS // KV_HEADS, DIM, generator=g)
+
+    def step():
+        for layer in range(layers):
+            ops.paged_decode_attention(q, kc, vc, tables[layer], lens, DIM ** -0.5)
+
+    s = timed(step, runs, reps)
+    cache_bytes = 2 * layers * lanes * ctx * DIM * kc.element_size()
+    return {"kernel": "paged_decode_attention", "batch": batch, "context": ctx, "layers": layers,
             "cache_dtype": str(dtype).replace("torch.", ""), "ms": 1000 * s,
             "cache_gb_s": cache_bytes / s / 1e9}
 
@@ -86,8 +114,8 @@ def main():
     bandwidth = c.memory_bandwidth_gbs(threads=args.threads)
     rows = [prompt_row(ops, 1024, args.runs, 4), prompt_row(ops, 2048, args.runs, 2)]
     for dtype in (torch.float32, torch.bfloat16):
-        rows.append(decode_row(ops, 16, 1100, dtype, args.runs, 10))
-        rows.append(decode_row(ops, 1, 640, dtype, args.runs, 100))
+        rows.append(decode_row(ops, 16, 1100, dtype, args.runs, 3, 30))
+        rows.append(decode_row(ops, 1, 640, dtype, args.runs, 20, 30))
     for row in rows:
         if "cache_gb_s" in row:
             row["share_of_bandwidth"] = row["cache_gb_s"] / bandwidth["gb_per_s"]

@@ -31,7 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import common as c  # noqa: E402
 
-HEADS, KV_HEADS, DIM, BLOCK = 9, 3, 64, 16
+HEADS, KV_HEADS, DIM = 9, 3, 64
 
 
 def timed(fn, runs, reps):
@@ -69,17 +69,17 @@ def huge_page_tensor(shape, dtype):
     return t
 
 
-def decode_row(ops, batch, ctx, dtype, runs, reps, layers):
+def decode_row(ops, batch, ctx, dtype, runs, reps, layers, block):
     """One decode step's attention over `layers` layers, laid out as the
     server's pool (engine/kv/paged_kv_cache.h): one block per (layer, KV head)
     lane, the lanes' blocks scattered over one pool, each lane row with the
     3 query heads of its KV head."""
     g = torch.Generator().manual_seed(batch * ctx)
-    per_lane = (ctx + BLOCK - 1) // BLOCK
+    per_lane = (ctx + block - 1) // block
     lanes = batch * KV_HEADS
     blocks = layers * lanes * per_lane
-    kc = huge_page_tensor((blocks, 1, BLOCK, DIM), dtype)
-    vc = huge_page_tensor((blocks, 1, BLOCK, DIM), dtype)
+    kc = huge_page_tensor((blocks, 1, block, DIM), dtype)
+    vc = huge_page_tensor((blocks, 1, block, DIM), dtype)
     kc.copy_(torch.randn(kc.shape, generator=g))
     vc.copy_(torch.randn(vc.shape, generator=g))
     tables = torch.randperm(blocks, generator=g).to(torch.int32).view(layers, lanes, per_lane)
@@ -93,6 +93,7 @@ def decode_row(ops, batch, ctx, dtype, runs, reps, layers):
     s = timed(step, runs, reps)
     cache_bytes = 2 * layers * lanes * ctx * DIM * kc.element_size()
     return {"kernel": "paged_decode_attention", "batch": batch, "context": ctx, "layers": layers,
+            "block_size": block,
             "cache_dtype": str(dtype).replace("torch.", ""), "ms": 1000 * s,
             "cache_gb_s": cache_bytes / s / 1e9}
 
@@ -102,6 +103,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--out", default="attention_kernels.json")
+    ap.add_argument("--block-size", type=int, default=16, help="the server's --block-size")
     ap.add_argument("--library", default=os.environ.get("SNAPSERVE_TORCH_OPS"),
                     help="the torch ops library (default: the build's), e.g. to compare two builds")
     args = ap.parse_args()
@@ -114,8 +116,8 @@ def main():
     bandwidth = c.memory_bandwidth_gbs(threads=args.threads)
     rows = [prompt_row(ops, 1024, args.runs, 4), prompt_row(ops, 2048, args.runs, 2)]
     for dtype in (torch.float32, torch.bfloat16):
-        rows.append(decode_row(ops, 16, 1100, dtype, args.runs, 3, 30))
-        rows.append(decode_row(ops, 1, 640, dtype, args.runs, 20, 30))
+        rows.append(decode_row(ops, 16, 1100, dtype, args.runs, 3, 30, args.block_size))
+        rows.append(decode_row(ops, 1, 640, dtype, args.runs, 20, 30, args.block_size))
     for row in rows:
         if "cache_gb_s" in row:
             row["share_of_bandwidth"] = row["cache_gb_s"] / bandwidth["gb_per_s"]

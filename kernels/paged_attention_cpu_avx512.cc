@@ -81,15 +81,16 @@ SNAPSERVE_AVX512 void group_values(const HeadGroup& hg, int64_t d0, const float*
   for (int h = 0; h < G; ++h) {
     const __m512 r = _mm512_set1_ps(rescale[h]);
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j)
+    for (int64_t j = 0; j < 4; ++j) {
       a[h][j] = _mm512_mul_ps(_mm512_loadu_ps(hg.acc + h * D + d0 + 16 * j), r);
+    }
   }
   for (int64_t t = 0; t < n; ++t) {
     pf.step();
     const E* row = v + t * D + d0;
     __m512 vr[4];
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) vr[j] = Rows::load16(row + 16 * j);
+    for (int64_t j = 0; j < 4; ++j) vr[j] = Rows::load16(row + 16 * j);
 #pragma GCC unroll 4
     for (int h = 0; h < G; ++h) {
       const __m512 ph = _mm512_set1_ps(p[h * stride + t]);
@@ -100,7 +101,7 @@ SNAPSERVE_AVX512 void group_values(const HeadGroup& hg, int64_t d0, const float*
 #pragma GCC unroll 4
   for (int h = 0; h < G; ++h) {
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(hg.acc + h * D + d0 + 16 * j, a[h][j]);
+    for (int64_t j = 0; j < 4; ++j) _mm512_storeu_ps(hg.acc + h * D + d0 + 16 * j, a[h][j]);
   }
 }
 

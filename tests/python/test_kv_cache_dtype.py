@@ -21,4 +21,4 @@ def test_bfloat16_kv_cache_holds_twice_the_tokens_and_serves(start_server, model
             prompt=LONG_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=8, ignore_eos=True)),
             timeout=120)
         assert r.finish_reason == pb2.LENGTH and len(r.token_ids) == 8
-    assert "bfloat16)" in server.logs()
+    assert "tokens, bfloat16" in server.logs()  # the startup line: "(N tokens, bfloat16, ...)"

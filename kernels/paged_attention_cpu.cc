@@ -3,8 +3,10 @@
 // (GQA). Each block of block_size entries is scored at once, then folded into
 // a running (max, sum, accumulator) triple: online softmax, so memory stays
 // O(block_size) per head whatever the context length. The per-block step is
-// in paged_attention_cpu_block.h (portable here, AVX2 in _avx2.cc, where a
-// 16-bit cache is read in place).
+// in paged_attention_cpu_block.h: portable here (16-bit rows widened into a
+// buffer first), AVX2 in _avx2.cc and the AVX-512 group step in _avx512.cc
+// (both read a 16-bit cache in place); docs/kv-cache-and-scheduling.md,
+// "Decode attention on CPU".
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 

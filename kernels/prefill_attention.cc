@@ -6,6 +6,8 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "kernels/checks.h"
@@ -61,9 +63,22 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
   const int64_t group_rows = cpu::prefill_attention_group_rows(D);
   const int64_t rows_padded = (rows + group_rows - 1) / group_rows * group_rows;
   const int64_t tiles = (keys + kTileKeys - 1) / kTileKeys, half = D / 2;
-  std::vector<uint32_t> q_pairs(static_cast<size_t>(H * rows_padded * half), 0);
-  std::vector<uint16_t> k_tiles(static_cast<size_t>(Hkv * tiles * half * kTileKeys * 2), 0);
-  std::vector<uint16_t> v_pairs(static_cast<size_t>(Hkv * tiles * kTileKeys * D), 0);
+  // Left uninitialized (a 2048-token prompt's operands are ~4 MiB, zeroed
+  // serially they were 1-2 % of a prefill): only the padding is zeroed
+  // below, everything else is written by the packing loops.
+  const int64_t tile_k = half * kTileKeys * 2, tile_v = kTileKeys * D;
+  auto q_pairs = std::make_unique_for_overwrite<uint32_t[]>(H * rows_padded * half);
+  auto k_tiles = std::make_unique_for_overwrite<uint16_t[]>(Hkv * tiles * tile_k);
+  auto v_pairs = std::make_unique_for_overwrite<uint16_t[]>(Hkv * tiles * tile_v);
+  for (int64_t h = 0; h < H; ++h) {
+    std::fill_n(q_pairs.get() + (h * rows_padded + rows) * half, (rows_padded - rows) * half, 0u);
+  }
+  // Keys past the last one: masked out of the scores, but their V rows meet
+  // a weight of 0, and 0 times an uninitialized NaN would be NaN.
+  for (int64_t g = 0; g < Hkv; ++g) {
+    std::fill_n(k_tiles.get() + (g * tiles + tiles - 1) * tile_k, tile_k, uint16_t{0});
+    std::fill_n(v_pairs.get() + (g * tiles + tiles - 1) * tile_v, tile_v, uint16_t{0});
+  }
   // Rows are rounded 16 lanes at a time (cpu::round_to_bf16_avx512bf16);
   // each row of q, k and v has its last dimension contiguous.
   const at::Tensor qc = q.stride(2) == 1 ? q : q.contiguous();
@@ -79,7 +94,7 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
       // Pair t of a row is elements 2t and 2t + 1: the row's bf16 in order.
       cpu::round_to_bf16_avx512bf16(
           row(qc, h, r), s,
-          reinterpret_cast<uint16_t*>(q_pairs.data() + (h * rows_padded + r) * half), D);
+          reinterpret_cast<uint16_t*>(q_pairs.get() + (h * rows_padded + r) * half), D);
     }
   });
   at::parallel_for(0, Hkv * keys, 256, [&](int64_t begin, int64_t end) {
@@ -88,19 +103,19 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
       const int64_t g = hk / keys, key = hk % keys, tile = key / kTileKeys, in = key % kTileKeys;
       cpu::round_to_bf16_avx512bf16(row(kc, g, key), 1.0f, kb.data(), D);
       cpu::round_to_bf16_avx512bf16(row(vc, g, key), 1.0f, vb.data(), D);
-      uint16_t* kd = k_tiles.data() + (g * tiles + tile) * half * kTileKeys * 2 + in * 2;
+      uint16_t* kd = k_tiles.get() + (g * tiles + tile) * tile_k + in * 2;
       for (int64_t t = 0; t < half; ++t) {
         kd[t * kTileKeys * 2] = kb[2 * t];
         kd[t * kTileKeys * 2 + 1] = kb[2 * t + 1];
       }
-      uint16_t* vd = v_pairs.data() + (g * tiles * kTileKeys / 2 + key / 2) * D * 2 + key % 2;
+      uint16_t* vd = v_pairs.get() + (g * tiles * kTileKeys / 2 + key / 2) * D * 2 + key % 2;
       for (int64_t d = 0; d < D; ++d) vd[d * 2] = vb[d];
     }
   });
 
-  const cpu::PackedAttention p{.q_pairs = q_pairs.data(),
-                               .k_tiles = k_tiles.data(),
-                               .v_pairs = v_pairs.data(),
+  const cpu::PackedAttention p{.q_pairs = q_pairs.get(),
+                               .k_tiles = k_tiles.get(),
+                               .v_pairs = v_pairs.get(),
                                .heads = H,
                                .kv_heads = Hkv,
                                .rows = rows,

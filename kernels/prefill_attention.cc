@@ -12,6 +12,7 @@
 
 #include "kernels/checks.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/parallel_dynamic.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -125,8 +126,10 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
                                .dim = D};
   float* dst = out.data_ptr<float>();
   // Items are head-major and alternate early and late rows within a head
-  // (prefill_attention.h), so contiguous shares cost the same.
-  at::parallel_for(0, H * (rows_padded / group_rows), 1, [&](int64_t begin, int64_t end) {
+  // (prefill_attention.h), so chunks of consecutive items cost about the
+  // same; threads take them at run time (kernels/parallel_dynamic.h).
+  const int64_t items = H * (rows_padded / group_rows);
+  cpu::parallel_dynamic(items, cpu::chunk_for(items), [&](int64_t begin, int64_t end) {
 #if defined(__x86_64__)
     cpu::prefill_attention_avx512bf16(p, begin, end, dst);
 #else

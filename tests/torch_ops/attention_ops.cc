@@ -1,5 +1,5 @@
 // Exposes the bfloat16 prompt attention (kernels/prefill_attention.h) as
-// torch.ops.snapserve.prefill_attention_bf16, for bench/prompt_attention.py
+// torch.ops.snapserve.prefill_attention_bf16, for bench/attention_kernels.py
 // (its time alone, without the model around it) and for pytest.
 #include <torch/library.h>
 

@@ -1,0 +1,90 @@
+// kernels/parallel_dynamic.h: every item runs exactly once, whatever the
+// chunking, and a slow thread leaves its share to the others.
+#include "kernels/parallel_dynamic.h"
+
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace snapserve::kernels::cpu {
+namespace {
+
+class ParallelDynamicTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    threads_ = at::get_num_threads();
+    at::set_num_threads(2);
+  }
+  void TearDown() override { at::set_num_threads(threads_); }
+
+ private:
+  int threads_ = 1;
+};
+
+// How many times each item of [0, n) was passed to fn.
+std::vector<int> Visits(int64_t n, int64_t chunk) {
+  std::vector<std::atomic<int>> counts(static_cast<size_t>(n));
+  parallel_dynamic(n, chunk, [&](int64_t begin, int64_t end) {
+    EXPECT_LT(begin, end);
+    EXPECT_LE(end - begin, std::max<int64_t>(chunk, 1));
+    for (int64_t i = begin; i < end; ++i) counts[static_cast<size_t>(i)].fetch_add(1);
+  });
+  std::vector<int> out;
+  for (const auto& c : counts) out.push_back(c.load());
+  return out;
+}
+
+TEST_F(ParallelDynamicTest, RunsEveryItemOnce) {
+  for (int64_t n : {0, 1, 2, 17, 96, 4608}) {
+    for (int64_t chunk : {0, 1, 3, 16, 5000}) {
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " chunk=" << chunk);
+      EXPECT_EQ(Visits(n, chunk), std::vector<int>(static_cast<size_t>(n), 1));
+    }
+  }
+}
+
+TEST_F(ParallelDynamicTest, RunsSeriallyInsideAnotherParallelRegion) {
+  // Nested: at::parallel_for runs the inner loop inline on each outer thread.
+  std::atomic<int> total{0};
+  at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      parallel_dynamic(50, 4,
+                       [&](int64_t b, int64_t e) { total.fetch_add(static_cast<int>(e - b)); });
+    }
+  });
+  EXPECT_EQ(total.load(), 100);
+}
+
+TEST_F(ParallelDynamicTest, ASlowThreadLeavesItsShareToTheOther) {
+  if (at::get_num_threads() < 2) GTEST_SKIP() << "needs two threads";
+  // Thread 0 sleeps 20 ms per chunk; the other thread finishes the rest of
+  // the 16 chunks meanwhile. With fixed shares each would take 8.
+  std::atomic<int> slow_chunks{0}, fast_chunks{0};
+  parallel_dynamic(16, 1, [&](int64_t, int64_t) {
+    if (at::get_thread_num() == 0) {
+      slow_chunks.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else {
+      fast_chunks.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(slow_chunks.load() + fast_chunks.load(), 16);
+  EXPECT_LT(slow_chunks.load(), 8);
+}
+
+TEST(ChunkFor, GivesEachThreadSeveralChunks) {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  EXPECT_EQ(chunk_for(4608), 4608 / 16);
+  EXPECT_EQ(chunk_for(96), 6);
+  EXPECT_EQ(chunk_for(5), 1);  // never 0
+  EXPECT_EQ(chunk_for(0), 1);
+  at::set_num_threads(threads);
+}
+
+}  // namespace
+}  // namespace snapserve::kernels::cpu

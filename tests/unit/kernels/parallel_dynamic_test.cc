@@ -34,6 +34,7 @@ std::vector<int> Visits(int64_t n, int64_t chunk) {
     for (int64_t i = begin; i < end; ++i) counts[static_cast<size_t>(i)].fetch_add(1);
   });
   std::vector<int> out;
+  out.reserve(counts.size());
   for (const auto& c : counts) out.push_back(c.load());
   return out;
 }

@@ -109,7 +109,7 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
         kd[t * kTileKeys * 2] = kb[2 * t];
         kd[t * kTileKeys * 2 + 1] = kb[2 * t + 1];
       }
-      uint16_t* vd = v_pairs.get() + (g * tiles * kTileKeys / 2 + key / 2) * D * 2 + key % 2;
+      uint16_t* vd = v_pairs.get() + (g * tiles + tile) * tile_v + (in / 2) * D * 2 + in % 2;
       for (int64_t d = 0; d < D; ++d) vd[d * 2] = vb[d];
     }
   });

@@ -77,14 +77,11 @@ TEST_F(ParallelDynamicTest, ASlowThreadLeavesItsShareToTheOther) {
   EXPECT_LT(slow_chunks.load(), 8);
 }
 
-TEST(ChunkFor, GivesEachThreadSeveralChunks) {
-  const int threads = at::get_num_threads();
-  at::set_num_threads(2);
+TEST_F(ParallelDynamicTest, ChunkForGivesEachThreadSeveralChunks) {
   EXPECT_EQ(chunk_for(4608), 4608 / 16);
   EXPECT_EQ(chunk_for(96), 6);
   EXPECT_EQ(chunk_for(5), 1);  // never 0
   EXPECT_EQ(chunk_for(0), 1);
-  at::set_num_threads(threads);
 }
 
 }  // namespace

@@ -28,10 +28,16 @@ void kv_append(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor&
   check_shape(v, "v", {num_tokens, num_kv_heads, head_dim});
   check_shape(slot_mapping, "slot_mapping", {num_tokens});
   check_float_dtype(key_cache, "key_cache");
-  TORCH_CHECK(value_cache.scalar_type() == key_cache.scalar_type() &&
-                  k.scalar_type() == key_cache.scalar_type() &&
-                  v.scalar_type() == key_cache.scalar_type(),
-              "value_cache/k/v: expected dtype ", key_cache.scalar_type());
+  TORCH_CHECK(value_cache.scalar_type() == key_cache.scalar_type(), "value_cache: expected dtype ",
+              key_cache.scalar_type());
+  // float32 rows may go into a 16-bit cache on CPU (rounded on the way).
+  const bool widened_source =
+      key_cache.is_cpu() && key_cache.element_size() == 2 && k.scalar_type() == at::kFloat;
+  TORCH_CHECK((k.scalar_type() == key_cache.scalar_type() || widened_source) &&
+                  v.scalar_type() == k.scalar_type(),
+              "k/v: expected dtype ", key_cache.scalar_type(),
+              key_cache.is_cpu() && key_cache.element_size() == 2 ? " or float32" : "", ", got ",
+              k.scalar_type(), " and ", v.scalar_type());
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong, "slot_mapping: expected int64");
   check_same_device(value_cache, "value_cache", key_cache);
   check_same_device(k, "k", key_cache);

@@ -8,7 +8,10 @@
 namespace snapserve::kernels {
 
 // key_cache, value_cache [num_blocks, G, block_size, d], contiguous; written in place
-// k, v                   [T, G, d], same dtype and device as the caches
+// k, v                   [T, G, d], same device as the caches; the caches' dtype, or
+//                        float32 into a 16-bit cache on CPU (rounded as Tensor::to
+//                        rounds: to nearest, ties to even), which saves a decode step
+//                        two conversions per layer
 // slot_mapping           [T] int64: token i goes to block slot_mapping[i] / block_size
 //                        at offset slot_mapping[i] % block_size; a negative slot skips
 //                        token i (padding). Slots must be distinct.

@@ -1,25 +1,44 @@
-// CPU KV append: each (token, KV head) row is one contiguous head_dim copy.
+// CPU KV append: each (token, KV head) row is one contiguous head_dim copy
+// (or conversion, for float32 rows into a 16-bit cache).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/kv_append.h"
 
 namespace snapserve::kernels::cpu {
 
-void kv_append(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor& k,
-               const at::Tensor& v, const at::Tensor& slot_mapping) {
+namespace {
+
+// Row i of src as the cache's element type T (float32 rounded by T's
+// constructor, as Tensor::to rounds), or copied when src is already T.
+template <typename T, typename S>
+void copy_row(const S* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, S>) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
+  } else {
+    for (int64_t j = 0; j < n; ++j) dst[j] = T(src[j]);
+  }
+}
+
+template <typename T, typename S>
+void append_rows(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor& k,
+                 const at::Tensor& v, const at::Tensor& slot_mapping) {
   const int64_t num_tokens = k.size(0);
   const int64_t num_kv_heads = k.size(1);
   const int64_t head_dim = k.size(2);
   const int64_t block_size = key_cache.size(2);
-  const int64_t row_bytes = head_dim * static_cast<int64_t>(k.element_size());
   const int64_t* slots = slot_mapping.const_data_ptr<int64_t>();
-  auto* kc = static_cast<char*>(key_cache.data_ptr());
-  auto* vc = static_cast<char*>(value_cache.data_ptr());
-  const auto* ks = static_cast<const char*>(k.const_data_ptr());
-  const auto* vs = static_cast<const char*>(v.const_data_ptr());
+  auto* kc = static_cast<T*>(key_cache.data_ptr());
+  auto* vc = static_cast<T*>(value_cache.data_ptr());
+  const auto* ks = static_cast<const S*>(k.const_data_ptr());
+  const auto* vs = static_cast<const S*>(v.const_data_ptr());
 
   // Rows are small (head_dim elements): a grain of 64 keeps short decode
   // appends on the calling thread.
@@ -31,11 +50,28 @@ void kv_append(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor&
       if (slot < 0) continue;  // padding token
       const int64_t block = slot / block_size;
       const int64_t dst =
-          ((block * num_kv_heads + head) * block_size + slot % block_size) * row_bytes;
-      std::memcpy(kc + dst, ks + i * row_bytes, static_cast<size_t>(row_bytes));
-      std::memcpy(vc + dst, vs + i * row_bytes, static_cast<size_t>(row_bytes));
+          ((block * num_kv_heads + head) * block_size + slot % block_size) * head_dim;
+      copy_row(ks + i * head_dim, kc + dst, head_dim);
+      copy_row(vs + i * head_dim, vc + dst, head_dim);
     }
   });
+}
+
+}  // namespace
+
+void kv_append(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor& k,
+               const at::Tensor& v, const at::Tensor& slot_mapping) {
+  if (k.scalar_type() == at::kFloat && key_cache.scalar_type() == at::kBFloat16) {
+    return append_rows<c10::BFloat16, float>(key_cache, value_cache, k, v, slot_mapping);
+  }
+  if (k.scalar_type() == at::kFloat && key_cache.scalar_type() == at::kHalf) {
+    return append_rows<c10::Half, float>(key_cache, value_cache, k, v, slot_mapping);
+  }
+  // Same dtype (float32, bfloat16 or float16: checks.h): rows copied as bits.
+  if (key_cache.element_size() == 2) {
+    return append_rows<uint16_t, uint16_t>(key_cache, value_cache, k, v, slot_mapping);
+  }
+  append_rows<uint32_t, uint32_t>(key_cache, value_cache, k, v, slot_mapping);
 }
 
 }  // namespace snapserve::kernels::cpu

@@ -102,7 +102,7 @@ Int8Panels pack_int8_panels(const QuantMatrix& w, bool nibbles) {
 namespace cpu {
 
 void int8_panels_portable(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
-                          int64_t p_end, float* out, int64_t ldo) {
+                          int64_t p_end, float* out, int64_t ldo, bool accumulate) {
   const uint8_t* bytes = w.bytes.const_data_ptr<uint8_t>();
   const auto* scales = w.scales.const_data_ptr<at::Half>();
   for (int64_t panel = p_begin; panel < p_end; ++panel) {
@@ -123,7 +123,8 @@ void int8_panels_portable(const PanelActivations& x, const Int8Panels& w, int64_
           acc = std::fma(static_cast<float>(sum), d * x.d[xb], acc);
           acc = std::fma(offset, x.s[xb], acc);
         }
-        out[i * ldo + panel * kPanelRows + r] = acc;
+        float& o = out[i * ldo + panel * kPanelRows + r];
+        o = accumulate ? o + acc : acc;
       }
     }
   }
@@ -131,13 +132,13 @@ void int8_panels_portable(const PanelActivations& x, const Int8Panels& w, int64_
 
 }  // namespace cpu
 
-at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa isa) {
-  check_shape(x, "x", {-1, w.k});
-  TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_cpu(), "x: expected float32 on CPU");
-  const at::Tensor xc = x.contiguous();
+namespace {
+
+// out (rows [m, w.n] at row stride w.n) = or += xc · wᵀ; xc contiguous.
+void run_int8_panels(const at::Tensor& xc, const Int8Panels& w, CpuIsa isa, float* dst,
+                     bool accumulate) {
   const int64_t m = xc.size(0), blocks = w.blocks;
-  at::Tensor out = at::empty({m, w.n}, xc.options());
-  if (m == 0 || w.n == 0) return out;
+  if (m == 0 || w.n == 0) return;
   // Every element is written by the quantization below: no zeroing (a
   // serial memset of up to 3 MiB per call otherwise).
   auto q = std::make_unique_for_overwrite<int8_t[]>(m * w.k);
@@ -155,10 +156,9 @@ at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa i
                                   s.get() + b0);
   });
   const cpu::PanelActivations xa{q.get(), d.get(), s.get(), m, w.k};
-  float* dst = out.data_ptr<float>();
   auto run = [&](int64_t begin, int64_t end) {
-    if (simd && cpu::int8_panels_avx512vnni(xa, w, begin, end, dst, w.n)) return;
-    cpu::int8_panels_portable(xa, w, begin, end, dst, w.n);
+    if (simd && cpu::int8_panels_avx512vnni(xa, w, begin, end, dst, w.n, accumulate)) return;
+    cpu::int8_panels_portable(xa, w, begin, end, dst, w.n, accumulate);
   };
   // Prompts (compute-bound) hand panels out at run time
   // (kernels/parallel_dynamic.h); decode-sized batches read the weights
@@ -170,7 +170,30 @@ at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa i
   } else {
     at::parallel_for(0, w.panels, 1, run);
   }
+}
+
+void check_activations(const at::Tensor& x, const Int8Panels& w) {
+  check_shape(x, "x", {-1, w.k});
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_cpu(), "x: expected float32 on CPU");
+}
+
+}  // namespace
+
+at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa isa) {
+  check_activations(x, w);
+  const at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty({xc.size(0), w.n}, xc.options());
+  run_int8_panels(xc, w, isa, out.data_ptr<float>(), /*accumulate=*/false);
   return out;
+}
+
+void linear_int8_panels_add_(at::Tensor& out, const at::Tensor& x, const Int8Panels& w,
+                             CpuIsa isa) {
+  check_activations(x, w);
+  check_shape(out, "out", {x.size(0), w.n});
+  TORCH_CHECK(out.scalar_type() == at::kFloat && out.is_cpu() && out.is_contiguous(),
+              "out: expected a contiguous float32 CPU tensor");
+  run_int8_panels(x.contiguous(), w, isa, out.data_ptr<float>(), /*accumulate=*/true);
 }
 
 }  // namespace snapserve::kernels

@@ -70,6 +70,13 @@ Int8Panels pack_int8_panels(const QuantMatrix& w, bool nibbles = false);
 // portable; both give the same bits). Parallel over panels.
 at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa isa = cpu_isa());
 
+// out += x · wᵀ in place (out [m, n] float32, contiguous, CPU): the bits of
+// out.add_(linear_int8_panels(x, w)), each output's finished sum added once,
+// without the intermediate tensor and the separate add (a decode step's
+// residual adds: two per layer).
+void linear_int8_panels_add_(at::Tensor& out, const at::Tensor& x, const Int8Panels& w,
+                             CpuIsa isa = cpu_isa());
+
 namespace cpu {
 
 // Activation rows quantized per 32-block for the panels (quant_dot.h's
@@ -82,11 +89,12 @@ struct PanelActivations {
 };
 
 // out[i * ldo + 32 p + r] for panels [p_begin, p_end) and every row i of x
-// (only columns below w.n are written).
+// (only columns below w.n are written); with `accumulate`, the sum is added
+// to what out holds.
 void int8_panels_portable(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
-                          int64_t p_end, float* out, int64_t ldo);
+                          int64_t p_end, float* out, int64_t ldo, bool accumulate);
 bool int8_panels_avx512vnni(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
-                            int64_t p_end, float* out, int64_t ldo);
+                            int64_t p_end, float* out, int64_t ldo, bool accumulate);
 
 }  // namespace cpu
 }  // namespace snapserve::kernels

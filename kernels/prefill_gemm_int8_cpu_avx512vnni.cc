@@ -107,7 +107,7 @@ SNAPSERVE_VNNI inline void block_terms(const PanelActivations& x, const uint16_t
 template <int64_t kRows, int64_t kStep, bool kNibbles>
 SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const uint16_t* scales,
                          float bias, int64_t blocks, int64_t i0, float* out, int64_t ldo,
-                         int64_t cols) {
+                         int64_t cols, bool accumulate) {
   constexpr int64_t kBlockBytes = kNibbles ? 512 : 1024;
   const __m512 neg_bias = _mm512_set1_ps(-bias);
   __m512 acc[kRows][2];
@@ -137,6 +137,10 @@ SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const 
 #pragma GCC unroll 8
   for (int64_t r = 0; r < kRows; ++r) {
     float* o = out + (i0 + r) * ldo;
+    if (accumulate) {
+      acc[r][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), acc[r][0]);
+      acc[r][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + 16), acc[r][1]);
+    }
     _mm512_mask_storeu_ps(o, m0, acc[r][0]);
     _mm512_mask_storeu_ps(o + 16, m1, acc[r][1]);
   }
@@ -148,7 +152,7 @@ namespace {
 
 template <bool kNibbles>
 SNAPSERVE_VNNI void panels(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
-                           int64_t p_end, float* out, int64_t ldo) {
+                           int64_t p_end, float* out, int64_t ldo, bool accumulate) {
   const uint8_t* bytes = w.bytes.const_data_ptr<uint8_t>();
   const auto* scales = static_cast<const uint16_t*>(w.scales.const_data_ptr());
   for (int64_t p = p_begin; p < p_end; ++p) {
@@ -158,24 +162,24 @@ SNAPSERVE_VNNI void panels(const PanelActivations& x, const Int8Panels& w, int64
     float* po = out + p * kPanelRows;
     int64_t i = 0;
     for (; i + kTileRows <= x.m; i += kTileRows) {
-      tile<kTileRows, 1, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols);
+      tile<kTileRows, 1, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols, accumulate);
     }
     if (x.m - i >= 2) {
-      tile<2, 2, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols);
+      tile<2, 2, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols, accumulate);
       i += 2;
     }
-    if (i < x.m) tile<1, 4, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols);
+    if (i < x.m) tile<1, 4, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols, accumulate);
   }
 }
 
 }  // namespace
 
 bool int8_panels_avx512vnni(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
-                            int64_t p_end, float* out, int64_t ldo) {
+                            int64_t p_end, float* out, int64_t ldo, bool accumulate) {
   if (w.nibbles) {
-    panels<true>(x, w, p_begin, p_end, out, ldo);
+    panels<true>(x, w, p_begin, p_end, out, ldo, accumulate);
   } else {
-    panels<false>(x, w, p_begin, p_end, out, ldo);
+    panels<false>(x, w, p_begin, p_end, out, ldo, accumulate);
   }
   return true;
 }
@@ -186,7 +190,7 @@ bool int8_panels_avx512vnni(const PanelActivations& x, const Int8Panels& w, int6
 
 namespace snapserve::kernels::cpu {
 bool int8_panels_avx512vnni(const PanelActivations&, const Int8Panels&, int64_t, int64_t, float*,
-                            int64_t) {
+                            int64_t, bool) {
   return false;
 }
 }  // namespace snapserve::kernels::cpu

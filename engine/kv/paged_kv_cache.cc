@@ -312,12 +312,16 @@ at::Tensor PagedKvCache::DecodeAttention(const std::vector<int64_t>& seqs, int64
   const int64_t d = config_.head_dim;
   // Lane rows: [B, G, d] -> [B * G, 1, d]; the G query heads of a GQA group
   // (h = g * group + j) become the query heads of lane row b * G + g.
-  kernels::kv_append(key_cache_, value_cache_, k.to(opts).reshape({batch * heads, 1, d}),
-                     v.to(opts).reshape({batch * heads, 1, d}), step_->slots[layer]);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   // A float32 query on CPU reads a low-precision cache directly (no rounding
-  // of q to the cache dtype; see kernels/paged_attention.h).
+  // of q to the cache dtype; see kernels/paged_attention.h), and float32 K/V
+  // rows are rounded into it by the append itself (kernels/kv_append.h).
   const bool keep_q = q.is_cpu() && q.scalar_type() == at::kFloat;
+  auto rows = [&](const at::Tensor& t) {
+    const bool in_place = t.is_cpu() && t.scalar_type() == at::kFloat;
+    return (in_place ? t : t.to(opts)).reshape({batch * heads, 1, d});
+  };
+  kernels::kv_append(key_cache_, value_cache_, rows(k), rows(v), step_->slots[layer]);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const at::Tensor lane_q = (keep_q ? q : q.to(opts)).reshape({batch * heads, -1, d});
   at::Tensor out =
       kernels::paged_decode_attention(lane_q, key_cache_, value_cache_, step_->block_tables[layer],

@@ -171,12 +171,22 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) co
   return weight * (xf * at::rsqrt(variance + config_.rms_norm_eps)).to(compute_dtype_);
 }
 
-at::Tensor LlamaModel::Mlp(const LayerWeights& l, const at::Tensor& x) const {
+void LlamaModel::AddLinear(at::Tensor& h, const at::Tensor& x, const LinearWeight& w) const {
+  const bool prompt = x.size(0) > kernels::kLinearSmallRows;
+  const std::vector<kernels::Int8Panels>& panels = prompt ? w.prompt_panels : w.decode_panels;
+  if (panels.size() == 1 && h.is_contiguous() && h.scalar_type() == at::kFloat) {
+    kernels::linear_int8_panels_add_(h, x, panels[0]);
+    return;
+  }
+  h.add_(Linear(x, w));
+}
+
+void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& x) const {
   at::Tensor gate_up = Linear(x, l.gate_up);  // [m, 2 * intermediate]
   const int64_t inter = config_.intermediate;
-  if (FusedRowwise(gate_up)) return Linear(kernels::silu_mul(gate_up), l.down);
+  if (FusedRowwise(gate_up)) return AddLinear(h, kernels::silu_mul(gate_up), l.down);
   at::Tensor act = at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter);
-  return Linear(act, l.down);
+  AddLinear(h, act, l.down);
 }
 
 at::Tensor LlamaModel::Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin) const {
@@ -307,7 +317,7 @@ at::Tensor LlamaModel::ContinuePrompt(PromptState& st, KvStore& store, int64_t m
     // otherwise, several alive at once), in place on the fresh residual.
     for (int64_t r = 0; r < rows; r += kPrefillMlpRows) {
       at::Tensor slice = h.narrow(0, r, std::min(kPrefillMlpRows, rows - r));
-      slice.add_(Mlp(l, RmsNorm(slice, l.mlp_norm)));
+      AddMlp(slice, l, RmsNorm(slice, l.mlp_norm));
     }
   }
   st.done = end;
@@ -344,8 +354,8 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
     at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
     at::Tensor attn = store.DecodeAttention(seqs, i, qk.narrow(1, 0, H), qk.narrow(1, H, Hkv),
                                             qkv.narrow(1, H + Hkv, Hkv));  // [B, H, D]
-    h.add_(Linear(attn.reshape({B, H * D}), l.o_proj));
-    h.add_(Mlp(l, RmsNorm(h, l.mlp_norm)));
+    AddLinear(h, attn.reshape({B, H * D}), l.o_proj);
+    AddMlp(h, l, RmsNorm(h, l.mlp_norm));
   }
   store.EndDecodeStep();
   return Logits(h);

@@ -130,7 +130,12 @@ class LlamaModel {
   // x [m, in] in the compute dtype, w [out, in] -> [m, out].
   at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
-  at::Tensor Mlp(const LayerWeights& l, const at::Tensor& x) const;
+  // h += x · wᵀ (h the float32 residual rows): in the int8 panels' own
+  // store where x's batch has panels (no intermediate tensor, no separate
+  // add; the same bits), else h.add_(Linear(x, w)).
+  void AddLinear(at::Tensor& h, const at::Tensor& x, const LinearWeight& w) const;
+  // h += the MLP of x.
+  void AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& x) const;
   // Rotates the q and k heads of a fused qkv output ([rows, H + Hkv, D]);
   // cos/sin [rows, D]. Returns the rotated heads (in place on CPU float32).
   at::Tensor Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin) const;

@@ -268,6 +268,35 @@ def test_kv_append_then_attention_round_trip(torch_ops, dtype, device="cpu"):
             assert_rows_close(got[b], want, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_kv_append_rounds_float32_rows_as_torch_does(torch_ops, dtype):
+    """float32 K/V rows into a 16-bit cache (the decode step's own rows):
+    each entry is torch's .to(dtype) of the row, bit for bit, including
+    values halfway between two 16-bit numbers (ties to even) and values past
+    float16's range (inf, as .to gives)."""
+    gen = torch.Generator().manual_seed(5)
+    G, d, bs, num_blocks = 2, 32, 4, 6
+    kc = torch.zeros(num_blocks, G, bs, d, dtype=dtype)
+    vc = torch.zeros_like(kc)
+    k = torch.randn(5, G, d, generator=gen) * 100
+    v = torch.randn(5, G, d, generator=gen)
+    # Exact ties for bfloat16 (1 + 2^-8 lies halfway between 1 and 1 + 2^-7)
+    # and float16 (1 + 2^-11), and 1e6 (inf in float16).
+    k[0, 0, :4] = torch.tensor([1 + 2.0**-8, 1 + 3 * 2.0**-8, 1 + 2.0**-11, 1e6])
+    slots = torch.tensor([5, 0, 23, -1, 12], dtype=torch.int64)
+    torch_ops.kv_append(kc, vc, k, v, slots)
+    for i, slot in enumerate(slots.tolist()):
+        if slot < 0:
+            continue
+        b, off = divmod(slot, bs)
+        assert torch.equal(kc[b, :, off].view(torch.int16), k[i].to(dtype).view(torch.int16)), i
+        assert torch.equal(vc[b, :, off].view(torch.int16), v[i].to(dtype).view(torch.int16)), i
+    assert kc.abs().sum() > 0  # not vacuous: rows were written
+    # float64 rows are not admitted (only float32 is rounded on the way).
+    with pytest.raises(RuntimeError, match="k/v"):
+        torch_ops.kv_append(kc, vc, k.double(), v.double(), slots)
+
+
 def test_rejects_bad_inputs(torch_ops):
     q, kc, vc, tables, ctx = make_case([5], 4, 2, 16, 4, torch.float32, seed=1)
     with pytest.raises(RuntimeError, match="multiple"):

@@ -3,7 +3,9 @@
 float64 product of the weights as the `gguf` package decodes them, on random
 valid blocks of each legacy type; its VNNI kernel against its portable one,
 and the 4-bit types' nibble layout against the byte layout, bit for bit; and
-every row's bits independent of the batch (batching invariance)."""
+every row's bits independent of the batch (batching invariance); and the
+in-place residual form (linear_int8_panels_add_) against torch's own add of
+the product."""
 import numpy as np
 import pytest
 import torch
@@ -76,6 +78,35 @@ def test_int8_prompt_gemm_vs_float64_reference(torch_ops, qtype):
         assert excess <= 0, f"m={m}: error above the bound by {excess}"
         # Not vacuous: the activations' quantization error is really there.
         assert (got.double() - ref).abs().max().item() > 1e-5
+
+
+@pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
+def test_int8_panels_add_in_place_equals_torch_add(torch_ops, qtype):
+    """out += x · wᵀ in the kernel's store gives the bits of torch's
+    out + linear_int8_panels(x): one float add of the finished sum, on both
+    paths and layouts, at decode and prompt sizes (tiles of 4, 2 and 1 rows)."""
+    rows, bpr = 41, 18
+    data, k = _random_blocks(qtype, rows=rows, blocks_per_row=bpr, seed=700 + int(qtype))
+    blocks = torch.from_numpy(data.copy())
+    layouts = (False, True) if qtype in (T.Q4_0, T.Q4_1) else (False,)
+    for m in (1, 3, 70):
+        gen = torch.Generator().manual_seed(40 + m)
+        x = torch.randn(m, k, generator=gen) * 3
+        residual = torch.randn(m, rows, generator=gen) * 10
+        for isa in ("widest", "portable"):
+            for nibbles in layouts:
+                product = torch_ops.linear_int8_panels(x, blocks, int(qtype), k, isa, nibbles)
+                got = torch_ops.linear_int8_panels_add_(residual.clone(), x, blocks, int(qtype), k,
+                                                        isa, nibbles)
+                assert torch.equal(got, residual + product), f"m={m} {isa} nibbles={nibbles}"
+                # Not vacuous: the residual really was added.
+                assert not torch.equal(got, product)
+    with pytest.raises(RuntimeError, match="out"):
+        torch_ops.linear_int8_panels_add_(torch.zeros(3, rows + 1), torch.zeros(3, k), blocks,
+                                          int(qtype), k, "widest", False)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        torch_ops.linear_int8_panels_add_(torch.zeros(rows, 3).t(), torch.zeros(3, k), blocks,
+                                          int(qtype), k, "widest", False)
 
 
 def test_int8_prompt_gemm_rejects_k_quants_and_bad_shapes(torch_ops):

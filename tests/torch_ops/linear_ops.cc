@@ -37,13 +37,28 @@ at::Tensor LinearQuantized(const at::Tensor& x, const at::Tensor& blocks, int64_
 // The int8 prompt GEMM (kernels/prefill_gemm_int8.h) on `blocks`, packed
 // per call (as nibbles when `nibbles`); isa: "portable" or "widest" (the VNNI
 // kernel where the CPU has it).
-at::Tensor LinearInt8Panels(const at::Tensor& x, const at::Tensor& blocks, int64_t ggml_type,
-                            int64_t cols, const std::string& isa, bool nibbles) {
-  TORCH_CHECK(isa == "portable" || isa == "widest", "isa: expected portable or widest, got ", isa);
-  const Int8Panels w = pack_int8_panels(
+Int8Panels PanelsOf(const at::Tensor& blocks, int64_t ggml_type, int64_t cols, bool nibbles) {
+  return pack_int8_panels(
       make_quant_matrix(TypeOf(ggml_type), blocks.size(0), cols, blocks.contiguous(), "blocks"),
       nibbles);
-  return linear_int8_panels(x, w, isa == "portable" ? CpuIsa::kPortable : cpu_isa());
+}
+
+CpuIsa IsaOf(const std::string& isa) {
+  TORCH_CHECK(isa == "portable" || isa == "widest", "isa: expected portable or widest, got ", isa);
+  return isa == "portable" ? CpuIsa::kPortable : cpu_isa();
+}
+
+at::Tensor LinearInt8Panels(const at::Tensor& x, const at::Tensor& blocks, int64_t ggml_type,
+                            int64_t cols, const std::string& isa, bool nibbles) {
+  return linear_int8_panels(x, PanelsOf(blocks, ggml_type, cols, nibbles), IsaOf(isa));
+}
+
+// out += x · wᵀ in place (linear_int8_panels_add_); returns out.
+at::Tensor LinearInt8PanelsAdd(at::Tensor out, const at::Tensor& x, const at::Tensor& blocks,
+                               int64_t ggml_type, int64_t cols, const std::string& isa,
+                               bool nibbles) {
+  linear_int8_panels_add_(out, x, PanelsOf(blocks, ggml_type, cols, nibbles), IsaOf(isa));
+  return out;
 }
 
 }  // namespace
@@ -59,4 +74,8 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
       "linear_int8_panels(Tensor x, Tensor blocks, int ggml_type, int cols, str isa, "
       "bool nibbles) -> Tensor",
       &snapserve::kernels::LinearInt8Panels);
+  m.def(
+      "linear_int8_panels_add_(Tensor(a!) out, Tensor x, Tensor blocks, int ggml_type, int cols, "
+      "str isa, bool nibbles) -> Tensor(a!)",
+      &snapserve::kernels::LinearInt8PanelsAdd);
 }

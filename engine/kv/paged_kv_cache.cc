@@ -15,12 +15,14 @@ namespace snapserve::kv {
 
 namespace {
 
-at::Tensor to_device(std::vector<int32_t> host, std::vector<int64_t> sizes, c10::Device device) {
+at::Tensor to_device(std::vector<int32_t> host, const std::vector<int64_t>& sizes,
+                     c10::Device device) {
   at::Tensor t = at::from_blob(host.data(), sizes, at::kInt).clone();
   return device.is_cpu() ? t : t.to(device);
 }
 
-at::Tensor to_device(std::vector<int64_t> host, std::vector<int64_t> sizes, c10::Device device) {
+at::Tensor to_device(std::vector<int64_t> host, const std::vector<int64_t>& sizes,
+                     c10::Device device) {
   at::Tensor t = at::from_blob(host.data(), sizes, at::kLong).clone();
   return device.is_cpu() ? t : t.to(device);
 }

@@ -70,6 +70,7 @@ template <typename Part, typename Fn>
 at::Tensor PartColumns(const std::vector<Part>& parts, const Fn& linear) {
   if (parts.size() == 1) return linear(parts[0]);
   std::vector<at::Tensor> columns;
+  columns.reserve(parts.size());
   for (const Part& part : parts) columns.push_back(linear(part));
   return at::cat(columns, 1);
 }

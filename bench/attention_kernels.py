@@ -3,9 +3,12 @@
 so that a change to one of them can be measured on a noisy 2-core VM
 (a whole prefill's time varies by more than the change).
 
-- prompt attention (kernels/prefill_attention.h, bfloat16 operands, float32
-  softmax): causal prompts of 1024 and 2048 tokens, one layer; GFLOP/s count
-  the causal half of q·kᵀ and p·v (2 · 2 · H · D · n(n+1)/2 flops).
+- prompt attention (kernels/prefill_attention.h): the bfloat16 kernel (where
+  the CPU has AVX512_BF16), the float32 kernel (AVX-512F), and LibTorch's
+  scaled_dot_product_attention as the model called it before (K and V
+  repeated per query head, is_causal) for comparison; causal prompts of 1024
+  and 2048 tokens, one layer; GFLOP/s count the causal half of q·kᵀ and p·v
+  (2 · 2 · H · D · n(n+1)/2 flops).
 - paged decode attention (kernels/paged_attention.h): one decode step of
   16 sequences over 1100 cached entries (W3's shape) and of 1 sequence over
   640 (W1's), all 30 layers, float32 and bfloat16 caches, laid out as the
@@ -45,14 +48,35 @@ def timed(fn, runs, reps):
     return statistics.median(samples)
 
 
-def prompt_row(ops, n, runs, reps):
+def torch_sdpa(q, k, v, scale):
+    group = q.shape[0] // k.shape[0]
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(group, 0), v.repeat_interleave(group, 0), is_causal=True,
+        scale=scale)
+
+
+def prompt_row(kernel, fn, n, runs, reps):
     g = torch.Generator().manual_seed(n)
     q = torch.randn(HEADS, n, DIM, generator=g) * 2
     k = torch.randn(KV_HEADS, n, DIM, generator=g)
     v = torch.randn(KV_HEADS, n, DIM, generator=g)
-    s = timed(lambda: ops.prefill_attention_bf16(q, k, v, DIM ** -0.5), runs, reps)
+    s = timed(lambda: fn(q, k, v, DIM ** -0.5), runs, reps)
     flops = 2 * 2 * HEADS * DIM * n * (n + 1) / 2
-    return {"kernel": "prompt_attention_bf16", "tokens": n, "ms": 1000 * s, "gflop_s": flops / s / 1e9}
+    return {"kernel": kernel, "tokens": n, "ms": 1000 * s, "gflop_s": flops / s / 1e9}
+
+
+def prompt_kernels(ops):
+    """(name, fn) of the prompt attention kernels this CPU runs."""
+    kernels = []
+    for name in ("bf16", "f32"):
+        fn = getattr(ops, f"prefill_attention_{name}")
+        try:
+            fn(torch.zeros(1, 1, DIM), torch.zeros(1, 1, DIM), torch.zeros(1, 1, DIM), 1.0)
+        except RuntimeError as e:
+            c.log(f"prompt_attention_{name} skipped: {e}".splitlines()[0])
+            continue
+        kernels.append((f"prompt_attention_{name}", fn))
+    return kernels + [("torch_sdpa_float32", torch_sdpa)]
 
 
 def huge_page_tensor(shape, dtype):
@@ -114,7 +138,9 @@ def main():
     torch.ops.load_library(args.library)
     ops = torch.ops.snapserve
     bandwidth = c.memory_bandwidth_gbs(threads=args.threads)
-    rows = [prompt_row(ops, 1024, args.runs, 4), prompt_row(ops, 2048, args.runs, 2)]
+    rows = []
+    for kernel, fn in prompt_kernels(ops):
+        rows += [prompt_row(kernel, fn, 1024, args.runs, 4), prompt_row(kernel, fn, 2048, args.runs, 2)]
     for dtype in (torch.float32, torch.bfloat16):
         rows.append(decode_row(ops, 16, 1100, dtype, args.runs, 3, 30, args.block_size))
         rows.append(decode_row(ops, 1, 640, dtype, args.runs, 20, 30, args.block_size))

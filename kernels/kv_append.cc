@@ -31,9 +31,9 @@ void kv_append(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor&
   TORCH_CHECK(value_cache.scalar_type() == key_cache.scalar_type(), "value_cache: expected dtype ",
               key_cache.scalar_type());
   // float32 rows may go into a 16-bit cache on CPU (rounded on the way).
-  const bool widened_source =
+  const bool rounded_source =
       key_cache.is_cpu() && key_cache.element_size() == 2 && k.scalar_type() == at::kFloat;
-  TORCH_CHECK((k.scalar_type() == key_cache.scalar_type() || widened_source) &&
+  TORCH_CHECK((k.scalar_type() == key_cache.scalar_type() || rounded_source) &&
                   v.scalar_type() == k.scalar_type(),
               "k/v: expected dtype ", key_cache.scalar_type(),
               key_cache.is_cpu() && key_cache.element_size() == 2 ? " or float32" : "", ", got ",

@@ -1,5 +1,6 @@
 // Checks, operand packing and the parallel loop of kernels/prefill_attention.h;
-// the tile loop is in prefill_attention_cpu_avx512bf16.cc.
+// the tile loops are in prefill_attention_cpu_avx512bf16.cc (bfloat16) and
+// prefill_attention_cpu_avx512.cc (float32).
 #include "kernels/prefill_attention.h"
 
 #include <ATen/ATen.h>
@@ -13,6 +14,7 @@
 #include "kernels/checks.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/parallel_dynamic.h"
+#include "kernels/prefill_attention_cpu_common.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -22,7 +24,7 @@ namespace snapserve::kernels {
 
 namespace {
 
-constexpr int64_t kTileKeys = 32;
+using cpu::kTileKeys;
 
 // CPUID leaf 7, sub-leaf 1, EAX bit 5 (read directly, as cpu_isa.cc reads F16C).
 bool cpu_has_avx512_bf16() {
@@ -34,7 +36,37 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
+// Shapes and types both kernels take (prefill_attention.h).
+void CheckOperands(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const char* name) {
+  check_shape(q, "q", {-1, -1, -1});
+  const int64_t H = q.size(0), rows = q.size(1), D = q.size(2);
+  check_shape(k, "k", {-1, -1, D});
+  const int64_t Hkv = k.size(0), keys = k.size(1);
+  check_shape(v, "v", {Hkv, keys, D});
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_cpu(), name,
+                ": expected float32 CPU tensors");
+  }
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, name, ": ", H, " query heads are not a multiple of ", Hkv,
+              " KV heads");
+  TORCH_CHECK(rows <= keys, name, ": ", rows, " query rows but only ", keys, " keys");
+}
+
+// Items are head-major and alternate early and late rows within a head
+// (prefill_attention.h), so chunks of consecutive items cost about the
+// same; threads take them at run time (kernels/parallel_dynamic.h).
+template <typename Fn>
+void ForItems(int64_t heads, int64_t rows_padded, int64_t group_rows, const Fn& fn) {
+  const int64_t items = heads * (rows_padded / group_rows);
+  cpu::parallel_dynamic(items, cpu::chunk_for(items), fn);
+}
+
 }  // namespace
+
+namespace cpu {
+int64_t prefill_attention_group_rows(int64_t head_dim) { return 256 / head_dim; }
+}  // namespace cpu
 
 bool has_prefill_attention_bf16(int64_t head_dim) {
   static const bool cpu = cpu_isa() >= CpuIsa::kAvx512Vnni && cpu_has_avx512_bf16();
@@ -43,19 +75,8 @@ bool has_prefill_attention_bf16(int64_t head_dim) {
 
 at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   double scale) {
-  check_shape(q, "q", {-1, -1, -1});
-  const int64_t H = q.size(0), rows = q.size(1), D = q.size(2);
-  check_shape(k, "k", {-1, -1, D});
-  const int64_t Hkv = k.size(0), keys = k.size(1);
-  check_shape(v, "v", {Hkv, keys, D});
-  for (const at::Tensor* t : {&q, &k, &v}) {
-    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_cpu(),
-                "prefill_attention_bf16: expected float32 CPU tensors");
-  }
-  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "prefill_attention_bf16: ", H,
-              " query heads are not a multiple of ", Hkv, " KV heads");
-  TORCH_CHECK(rows <= keys, "prefill_attention_bf16: ", rows, " query rows but only ", keys,
-              " keys");
+  CheckOperands(q, k, v, "prefill_attention_bf16");
+  const int64_t H = q.size(0), rows = q.size(1), D = q.size(2), Hkv = k.size(0), keys = k.size(1);
   TORCH_CHECK(has_prefill_attention_bf16(D),
               "prefill_attention_bf16: needs AVX512_BF16 and head size 64 or 128, got ", D);
   at::Tensor out = at::empty({H, rows, D}, q.options());
@@ -125,13 +146,87 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
                                .tiles = tiles,
                                .dim = D};
   float* dst = out.data_ptr<float>();
-  // Items are head-major and alternate early and late rows within a head
-  // (prefill_attention.h), so chunks of consecutive items cost about the
-  // same; threads take them at run time (kernels/parallel_dynamic.h).
-  const int64_t items = H * (rows_padded / group_rows);
-  cpu::parallel_dynamic(items, cpu::chunk_for(items), [&](int64_t begin, int64_t end) {
+  ForItems(H, rows_padded, group_rows, [&](int64_t begin, int64_t end) {
 #if defined(__x86_64__)
     cpu::prefill_attention_avx512bf16(p, begin, end, dst);
+#else
+    (void)begin, (void)end;
+#endif
+  });
+  return out;
+}
+
+}  // namespace snapserve::kernels
+
+namespace snapserve::kernels {
+
+bool has_prefill_attention_f32(int64_t head_dim) {
+  static const bool cpu = cpu_isa() >= CpuIsa::kAvx512;
+  return cpu && (head_dim == 64 || head_dim == 128);
+}
+
+at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 double scale) {
+  CheckOperands(q, k, v, "prefill_attention_f32");
+  const int64_t H = q.size(0), rows = q.size(1), D = q.size(2), Hkv = k.size(0), keys = k.size(1);
+  TORCH_CHECK(has_prefill_attention_f32(D),
+              "prefill_attention_f32: needs AVX-512F and head size 64 or 128, got ", D);
+  at::Tensor out = at::empty({H, rows, D}, q.options());
+  if (rows == 0) return out;
+
+  const int64_t group_rows = cpu::prefill_attention_group_rows(D);
+  const int64_t rows_padded = (rows + group_rows - 1) / group_rows * group_rows;
+  const int64_t tiles = (keys + kTileKeys - 1) / kTileKeys, tile = kTileKeys * D;
+  // Uninitialized but for the padding, as in prefill_attention_bf16.
+  auto qs = std::make_unique_for_overwrite<float[]>(H * rows_padded * D);
+  auto k_tiles = std::make_unique_for_overwrite<float[]>(Hkv * tiles * tile);
+  auto v_rows = std::make_unique_for_overwrite<float[]>(Hkv * tiles * tile);
+  for (int64_t h = 0; h < H; ++h) {
+    std::fill_n(qs.get() + (h * rows_padded + rows) * D, (rows_padded - rows) * D, 0.0f);
+  }
+  for (int64_t g = 0; g < Hkv; ++g) {
+    std::fill_n(k_tiles.get() + (g * tiles + tiles - 1) * tile, tile, 0.0f);
+    std::fill_n(v_rows.get() + (g * tiles + tiles - 1) * tile, tile, 0.0f);
+  }
+  const at::Tensor qc = q.stride(2) == 1 ? q : q.contiguous();
+  const at::Tensor kc = k.stride(2) == 1 ? k : k.contiguous();
+  const at::Tensor vc = v.stride(2) == 1 ? v : v.contiguous();
+  auto row = [](const at::Tensor& t, int64_t h, int64_t r) {
+    return t.const_data_ptr<float>() + h * t.stride(0) + r * t.stride(1);
+  };
+  const float s = static_cast<float>(scale);
+  at::parallel_for(0, H * rows, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t hr = begin; hr < end; ++hr) {
+      const int64_t h = hr / rows, r = hr % rows;
+      const float* src = row(qc, h, r);
+      float* dst = qs.get() + (h * rows_padded + r) * D;
+      for (int64_t d = 0; d < D; ++d) dst[d] = src[d] * s;
+    }
+  });
+  at::parallel_for(0, Hkv * keys, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t hk = begin; hk < end; ++hk) {
+      const int64_t g = hk / keys, key = hk % keys, t = key / kTileKeys, in = key % kTileKeys;
+      const float* ks = row(kc, g, key);
+      float* kd = k_tiles.get() + (g * tiles + t) * tile + in;
+      for (int64_t d = 0; d < D; ++d) kd[d * kTileKeys] = ks[d];
+      std::copy_n(row(vc, g, key), D, v_rows.get() + (g * tiles * kTileKeys + key) * D);
+    }
+  });
+
+  const cpu::PackedAttentionF32 p{.q = qs.get(),
+                                  .k_tiles = k_tiles.get(),
+                                  .v_rows = v_rows.get(),
+                                  .heads = H,
+                                  .kv_heads = Hkv,
+                                  .rows = rows,
+                                  .rows_padded = rows_padded,
+                                  .keys = keys,
+                                  .tiles = tiles,
+                                  .dim = D};
+  float* dst = out.data_ptr<float>();
+  ForItems(H, rows_padded, group_rows, [&](int64_t begin, int64_t end) {
+#if defined(__x86_64__)
+    cpu::prefill_attention_avx512(p, begin, end, dst);
 #else
     (void)begin, (void)end;
 #endif

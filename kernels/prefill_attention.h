@@ -1,6 +1,11 @@
-// Causal attention of a prompt chunk with bfloat16 products on CPUs with
-// AVX512_BF16 (vdpbf16ps): the attention half of `--prefill-gemm=bfloat16`
-// (docs/quantized-weights.md, "Prompt GEMM precision").
+// Causal attention of a prompt chunk, two kernels of one design:
+// - bfloat16 products on CPUs with AVX512_BF16 (vdpbf16ps): the attention
+//   half of `--prefill-gemm=bfloat16` and `int8` (docs/quantized-weights.md,
+//   "Prompt GEMM precision");
+// - float32 products on AVX-512F CPUs without it (Ice Lake, Skylake-SP), for
+//   the same prompt precisions: more exact than the bfloat16 kernel and about
+//   the float32 FMA peak (docs/quantized-weights.md, "Prompt attention
+//   without AVX512_BF16").
 //
 // Why a kernel of our own: LibTorch's CPU flash attention multiplies in
 // float32 through MKL, whose sgemm takes its AVX2 path on AMD; at a 2,048-token
@@ -8,7 +13,7 @@
 // the linears moved to the bfloat16 GEMM (perf, stop 24's note). Its bfloat16
 // variant is no faster on this CPU.
 //
-// Numbers: q·scale, k, v and the softmax weights are rounded to bfloat16
+// Numbers (bfloat16 kernel): q·scale, k, v and the softmax weights are rounded to bfloat16
 // (round to nearest even); every product is accumulated in float32, the
 // running max, the softmax sums and the output stay float32 (the online
 // softmax of FlashAttention: one pass over the keys). Keys a query may not see
@@ -34,6 +39,15 @@ bool has_prefill_attention_bf16(int64_t head_dim);
 at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   double scale);
 
+// Whether prefill_attention_f32 runs here: a kernel ISA of avx512 or wider
+// (kernels/cpu_isa.h) and head size 64 or 128.
+bool has_prefill_attention_f32(int64_t head_dim);
+
+// As prefill_attention_bf16, with nothing rounded below float32: q·scale, k,
+// v and the weights are float32, every product one FMA into a float32 sum.
+at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 double scale);
+
 namespace cpu {
 
 // Operands laid out for vdpbf16ps (prefill_attention.cc packs them):
@@ -44,6 +58,16 @@ struct PackedAttention {
   const uint32_t* q_pairs = nullptr;
   const uint16_t* k_tiles = nullptr;
   const uint16_t* v_pairs = nullptr;
+  int64_t heads = 0, kv_heads = 0, rows = 0, rows_padded = 0, keys = 0, tiles = 0, dim = 0;
+};
+
+// Operands of the float32 kernel (prefill_attention.cc packs them):
+// q [H][rows_padded][D] of q·scale; k_tiles [Hkv][tiles][D][32 keys]
+// (a tile is 32 keys, padded with 0); v_rows [Hkv][tiles·32][D].
+struct PackedAttentionF32 {
+  const float* q = nullptr;
+  const float* k_tiles = nullptr;
+  const float* v_rows = nullptr;
   int64_t heads = 0, kv_heads = 0, rows = 0, rows_padded = 0, keys = 0, tiles = 0, dim = 0;
 };
 
@@ -59,6 +83,8 @@ int64_t prefill_attention_group_rows(int64_t head_dim);
 void round_to_bf16_avx512bf16(const float* src, float scale, uint16_t* dst, int64_t n);
 void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, int64_t item_end,
                                   float* out);
+void prefill_attention_avx512(const PackedAttentionF32& p, int64_t item_begin, int64_t item_end,
+                              float* out);
 
 }  // namespace cpu
 

@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <limits>
 
+#include "kernels/prefill_attention_cpu_common.h"
+
 // GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
 // masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -33,28 +35,6 @@ namespace {
 
 #define SNAPSERVE_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
-
-constexpr int kTileKeys = 32;
-
-// exp(x) for x <= 0 (scores minus their running max): 2^n · p(r), a degree-6
-// polynomial as kernels/exp_avx2.h's with fused multiply-adds; x below -87
-// is clamped there (exp(-87) ~ 1.6e-38 against a row sum >= 1: nothing a
-// bfloat16 weight can hold).
-SNAPSERVE_BF16 inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
 
 // 32 bfloat16 values (16 pairs) from memory, and one pair in every lane.
 SNAPSERVE_BF16 inline __m512bh load_pairs(const uint16_t* p) {
@@ -77,15 +57,12 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
   const uint16_t* vp = pa.v_pairs + kv * pa.tiles * (kTileKeys / 2) * kDim * 2;
 
   __m512 acc[kRows][kVecs];
-  float row_max[kRows], row_sum[kRows];
+  RowSoftmax rows[kRows];
 #pragma GCC unroll 8
   for (int i = 0; i < kRows; ++i) {
 #pragma GCC unroll 8
     for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_setzero_ps();
-    row_max[i] = -std::numeric_limits<float>::infinity();
-    row_sum[i] = 0.0f;
   }
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   alignas(64) uint32_t weights[kRows][kTileKeys / 2];
 
   for (int64_t tile = 0; tile < tiles; ++tile) {
@@ -105,38 +82,11 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
       }
     }
     const int64_t key0 = tile * kTileKeys;
-    // Every row sees every key of a tile that ends at or before the first
-    // row's position: no masks to compute there.
-    const bool whole = key0 + kTileKeys - 1 <= first_pos + row0;
 #pragma GCC unroll 8
     for (int i = 0; i < kRows; ++i) {
-      // Keys after the row's position (and the tile's zero padding past the
-      // last key, which lies after every position) get no weight.
-      __mmask16 m0 = 0xFFFF, m1 = 0xFFFF;
-      if (!whole) {
-        const int64_t seen = first_pos + row0 + i - key0 + 1;  // keys of this tile it sees
-        const __m512i limit = _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(seen, 0, 32)));
-        m0 = _mm512_cmplt_epi32_mask(lane, limit);
-        m1 = _mm512_cmplt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(16)), limit);
-      }
-      const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-      const float tile_max = _mm512_reduce_max_ps(_mm512_max_ps(
-          _mm512_mask_mov_ps(ninf, m0, s[i][0]), _mm512_mask_mov_ps(ninf, m1, s[i][1])));
-      // A row that sees none of this tile keeps its state (new_max is finite
-      // from tile 0 on, which every row sees: its key 0).
-      if (tile_max > row_max[i]) {
-        // Only a larger max rescales (exp(0) = 1 would change no bit).
-        const float rescale = std::exp(row_max[i] - tile_max);
-        row_sum[i] = row_sum[i] * rescale;
-        row_max[i] = tile_max;
-        const __m512 sc = _mm512_set1_ps(rescale);
-#pragma GCC unroll 8
-        for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_mul_ps(acc[i][j], sc);
-      }
-      const __m512 mx = _mm512_set1_ps(row_max[i]);
-      const __m512 p0 = _mm512_maskz_mov_ps(m0, exp_nonpositive(_mm512_sub_ps(s[i][0], mx)));
-      const __m512 p1 = _mm512_maskz_mov_ps(m1, exp_nonpositive(_mm512_sub_ps(s[i][1], mx)));
-      row_sum[i] = row_sum[i] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+      __m512 p0, p1;
+      softmax_tile_row<kVecs>(s[i][0], s[i][1], first_pos + row0 + i - key0 + 1, rows[i], acc[i],
+                              p0, p1);
       // Lane l of the result: keys 2l and 2l + 1 of the tile as a bf16 pair.
       _mm512_store_si512(weights[i], __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(p1, p0)));
     }
@@ -161,7 +111,7 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
 #pragma GCC unroll 8
   for (int i = 0; i < kRows; ++i) {
     if (i >= valid) break;
-    const __m512 inv = _mm512_set1_ps(1.0f / row_sum[i]);
+    const __m512 inv = _mm512_set1_ps(1.0f / rows[i].sum);
     float* dst = out + (head * pa.rows + row0 + i) * kDim;
 #pragma GCC unroll 8
     for (int j = 0; j < kVecs; ++j) {
@@ -173,17 +123,13 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
 template <int kDim>
 void attend_items(const PackedAttention& pa, int64_t begin, int64_t end, float* out) {
   constexpr int kRows = 256 / kDim;  // kRows x kDim / 16 = 16 accumulators
-  const int64_t groups = pa.rows_padded / kRows;
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t i = item % groups;  // 0, G-1, 1, G-2, ... (the header's order)
-    const int64_t group = i % 2 == 0 ? i / 2 : groups - 1 - i / 2;
-    attend_rows<kDim, kRows>(pa, item / groups, group * kRows, out);
+    for_item(item, pa.rows_padded, kRows,
+             [&](int64_t head, int64_t row0) { attend_rows<kDim, kRows>(pa, head, row0, out); });
   }
 }
 
 }  // namespace
-
-int64_t prefill_attention_group_rows(int64_t head_dim) { return 256 / head_dim; }
 
 SNAPSERVE_BF16 void round_to_bf16_avx512bf16(const float* src, float scale, uint16_t* dst,
                                              int64_t n) {

@@ -138,7 +138,7 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
   // batches under --quantized-dot=int8. A row's bits do not depend on how
   // many rows come with it (kernels/prefill_gemm_int8.h), so batching
   // invariance holds on them.
-  const std::vector<kernels::Int8Panels>& panels = prompt ? w.prompt_panels : w.decode_panels;
+  const std::vector<kernels::Int8Panels>& panels = w.panels_for(x.size(0));
   if (!panels.empty()) {
     return PartColumns(
         panels, [&](const kernels::Int8Panels& p) { return kernels::linear_int8_panels(x, p); });
@@ -173,8 +173,7 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) co
 }
 
 void LlamaModel::AddLinear(at::Tensor& h, const at::Tensor& x, const LinearWeight& w) const {
-  const bool prompt = x.size(0) > kernels::kLinearSmallRows;
-  const std::vector<kernels::Int8Panels>& panels = prompt ? w.prompt_panels : w.decode_panels;
+  const std::vector<kernels::Int8Panels>& panels = w.panels_for(x.size(0));
   if (panels.size() == 1 && h.is_contiguous() && h.scalar_type() == at::kFloat) {
     kernels::linear_int8_panels_add_(h, x, panels[0]);
     return;
@@ -238,12 +237,17 @@ at::Tensor LlamaModel::ChunkAttention(const at::Tensor& q, const at::Tensor& k, 
     return t.unsqueeze(1).expand({Hkv, H / Hkv, keys, D}).reshape({H, keys, D});
   };
   const bool window = config_.sliding_window > 0 && start + rows > config_.sliding_window;
-  // The bfloat16 prompt precision covers attention's products too
-  // (kernels/prefill_attention.h); LibTorch's float32 flash attention stays
-  // for float32 prompts, other devices and Mistral's window.
+  // The lower prompt precisions (bfloat16, int8) cover attention's
+  // products too (kernels/prefill_attention.h): bfloat16 products where the
+  // CPU has them, else our float32 kernel. LibTorch's float32 flash
+  // attention stays for float32 prompts (the exact path), other devices and
+  // Mistral's window.
   if (float_prefill_gemm() == kernels::PrefillGemm::kBFloat16 && device_.is_cpu() && !window &&
-      q.scalar_type() == at::kFloat && kernels::has_prefill_attention_bf16(D)) {
-    return kernels::prefill_attention_bf16(q, k, v, scale);
+      q.scalar_type() == at::kFloat) {
+    if (kernels::has_prefill_attention_bf16(D))
+      return kernels::prefill_attention_bf16(q, k, v, scale);
+    if (kernels::has_prefill_attention_f32(D))
+      return kernels::prefill_attention_f32(q, k, v, scale);
   }
   if (start == 0 && !window) {
     return at::scaled_dot_product_attention(q, repeat(k), repeat(v), std::nullopt, 0.0,

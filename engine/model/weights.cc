@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/safetensors.h"
+#include "kernels/linear.h"
 
 namespace snapserve::model {
 namespace {
@@ -135,6 +136,10 @@ class Loader {
 };
 
 }  // namespace
+
+const std::vector<kernels::Int8Panels>& LinearWeight::panels_for(int64_t rows) const {
+  return rows > kernels::kLinearSmallRows ? prompt_panels : decode_panels;
+}
 
 int64_t LinearWeight::rows() const {
   if (!quantized()) return dense.dim() == 2 ? dense.size(0) : -1;

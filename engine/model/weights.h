@@ -46,6 +46,9 @@ struct LinearWeight {
   // otherwise.
   std::vector<kernels::Int8Panels> prompt_panels, decode_panels;
 
+  // The panels a product of `rows` activation rows uses: the prompt's above
+  // kernels::kLinearSmallRows, else the decode's (either may be empty).
+  const std::vector<kernels::Int8Panels>& panels_for(int64_t rows) const;
   bool quantized() const { return !dense.defined(); }
   int64_t rows() const;
   int64_t cols() const;

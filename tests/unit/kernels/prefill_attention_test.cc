@@ -1,5 +1,6 @@
-// The bfloat16 prompt attention (kernels/prefill_attention.h) against a
-// float64 softmax attention over the same bfloat16-rounded operands, on
+// The prompt attention kernels (kernels/prefill_attention.h), bfloat16 and
+// float32, against a float64 softmax attention over the same operands (for
+// the bfloat16 kernel, rounded to bfloat16 as it rounds them), on
 // chunk shapes the model produces: whole prompts, later chunks (fewer rows
 // than keys), grouped-query heads, row and key counts that are not multiples
 // of the kernel's groups and tiles.
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 namespace snapserve::kernels {
 namespace {
@@ -18,11 +20,14 @@ struct Shape {
   int64_t heads, kv_heads, rows, keys, dim;
 };
 
-// Float64 attention of bfloat16-rounded q·scale, k and v; row r at position
-// keys - rows + r sees keys <= its position + shift (shift -1: one key fewer).
+// Float64 attention of q·scale, k and v (rounded to bfloat16 first when
+// `bf16`); row r at position keys - rows + r sees keys <= its position +
+// shift (shift -1: one key fewer).
 at::Tensor Reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
-                     int64_t shift = 0) {
-  auto round = [](const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kDouble); };
+                     bool bf16, int64_t shift = 0) {
+  auto round = [bf16](const at::Tensor& t) {
+    return bf16 ? t.to(at::kBFloat16).to(at::kDouble) : t.to(at::kDouble);
+  };
   const int64_t H = q.size(0), rows = q.size(1), Hkv = k.size(0), keys = k.size(1);
   at::Tensor qd = round(q * scale);
   at::Tensor kd = round(k).repeat_interleave(H / Hkv, 0);
@@ -34,21 +39,50 @@ at::Tensor Reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return at::matmul(at::softmax(scores, -1), vd);
 }
 
-// The kernel also rounds the softmax weights to bfloat16 (relative error
-// <= 2^-9 each, plus a few float32 ulps from exp and the sums): the output, a
-// weighted mean of v's rows, moves by at most ~2 * 2^-9 * max|v|. 2^-8 * max|v|.
-double Bound(const at::Tensor& v) { return std::ldexp(v.abs().max().item<double>(), -8); }
+// One kernel under test and what it may differ from the float64 reference.
+struct Kernel {
+  const char* name;
+  bool (*available)(int64_t head_dim);
+  at::Tensor (*run)(const at::Tensor&, const at::Tensor&, const at::Tensor&, double);
+  bool bf16;  // operands rounded to bfloat16 (the reference rounds them too)
+  // The output, a weighted mean of v's rows, may move by bound_exp2 *
+  // max|v|:
+  // - bfloat16: the softmax weights are rounded to bfloat16 as well
+  //   (relative error <= 2^-9 each, plus a few float32 ulps from exp and the
+  //   sums): at most ~2 * 2^-9 * max|v|; 2^-8.
+  // - float32: every product and sum rounds to float32 (2^-24 relative) and
+  //   exp is within 1 ulp: over the n <= 300 keys and D <= 128 terms of the
+  //   shapes below, at most ~(n + D) * 2^-24 < 2^-15 of max|v|; 2^-14.
+  int bound_exp2;
+};
 
-class PrefillAttentionTest : public ::testing::Test {
+const Kernel kKernels[] = {
+    {"bf16", has_prefill_attention_bf16, prefill_attention_bf16, true, -8},
+    {"f32", has_prefill_attention_f32, prefill_attention_f32, false, -14},
+};
+
+class PrefillAttentionTest : public ::testing::TestWithParam<Kernel> {
  protected:
   void SetUp() override {
-    if (!has_prefill_attention_bf16(64)) {
-      GTEST_SKIP() << "no AVX512_BF16 path on this CPU or under this SNAPSERVE_CPU_ISA cap";
+    if (!GetParam().available(64)) {
+      GTEST_SKIP() << "no " << GetParam().name
+                   << " prompt attention on this CPU or under this SNAPSERVE_CPU_ISA cap";
     }
+  }
+  at::Tensor Run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+    return GetParam().run(q, k, v, scale);
+  }
+  double Bound(const at::Tensor& v) {
+    return std::ldexp(v.abs().max().item<double>(), GetParam().bound_exp2);
   }
 };
 
-TEST_F(PrefillAttentionTest, MatchesFloat64SoftmaxAttention) {
+INSTANTIATE_TEST_SUITE_P(Kernels, PrefillAttentionTest, ::testing::ValuesIn(kKernels),
+                         [](const ::testing::TestParamInfo<Kernel>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST_P(PrefillAttentionTest, MatchesFloat64SoftmaxAttention) {
   at::manual_seed(0);
   const Shape shapes[] = {{9, 3, 37, 37, 64},  {9, 3, 300, 300, 64}, {9, 3, 50, 133, 64},
                           {4, 4, 1, 77, 64},   {3, 1, 33, 64, 64},   {8, 2, 65, 65, 128},
@@ -61,39 +95,38 @@ TEST_F(PrefillAttentionTest, MatchesFloat64SoftmaxAttention) {
     const at::Tensor k = at::randn({s.kv_heads, s.keys, s.dim});
     const at::Tensor v = at::randn({s.kv_heads, s.keys, s.dim});
     const double scale = 1.0 / std::sqrt(static_cast<double>(s.dim));
-    const at::Tensor got = prefill_attention_bf16(q, k, v, scale);
+    const at::Tensor got = Run(q, k, v, scale);
     ASSERT_EQ(got.sizes(), q.sizes());
-    const at::Tensor want = Reference(q, k, v, scale);
+    const at::Tensor want = Reference(q, k, v, scale, GetParam().bf16);
     const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
     EXPECT_LE(err, Bound(v));
     // The bound has teeth: hiding each row's own key moves some output further.
-    const double shifted = (Reference(q, k, v, scale, -1) - want).abs().max().item<double>();
+    const double shifted =
+        (Reference(q, k, v, scale, GetParam().bf16, -1) - want).abs().max().item<double>();
     if (s.keys > s.rows) EXPECT_GT(shifted, Bound(v));
   }
 }
 
-TEST_F(PrefillAttentionTest, RowsDoNotDependOnTheChunkAroundThem) {
+TEST_P(PrefillAttentionTest, RowsDoNotDependOnTheChunkAroundThem) {
   // A later chunk's rows equal the same rows of the whole prompt's call: the
   // engine's chunked prefill must not change a prompt's numbers.
   at::manual_seed(1);
   const at::Tensor q = at::randn({9, 130, 64}), k = at::randn({3, 130, 64}),
                    v = at::randn({3, 130, 64});
-  const at::Tensor whole = prefill_attention_bf16(q, k, v, 0.125);
-  const at::Tensor tail = prefill_attention_bf16(q.narrow(1, 70, 60).contiguous(), k, v, 0.125);
+  const at::Tensor whole = Run(q, k, v, 0.125);
+  const at::Tensor tail = Run(q.narrow(1, 70, 60).contiguous(), k, v, 0.125);
   EXPECT_TRUE(at::equal(tail, whole.narrow(1, 70, 60)));
 }
 
-TEST_F(PrefillAttentionTest, RejectsShapesItCannotServe) {
+TEST_P(PrefillAttentionTest, RejectsShapesItCannotServe) {
   const at::Tensor k = at::randn({3, 8, 64}), v = at::randn({3, 8, 64});
-  EXPECT_THROW(prefill_attention_bf16(at::randn({9, 9, 64}), k, v, 1.0),
-               c10::Error);  // rows > keys
-  EXPECT_THROW(prefill_attention_bf16(at::randn({8, 4, 64}), k, v, 1.0), c10::Error);  // 8 % 3
-  EXPECT_THROW(prefill_attention_bf16(at::randn({9, 4, 64}), k, v.narrow(1, 0, 7), 1.0),
-               c10::Error);
-  EXPECT_THROW(prefill_attention_bf16(at::randn({3, 4, 96}), at::randn({3, 8, 96}),
-                                      at::randn({3, 8, 96}), 1.0),
+  EXPECT_THROW(Run(at::randn({9, 9, 64}), k, v, 1.0),
+               c10::Error);                                         // rows > keys
+  EXPECT_THROW(Run(at::randn({8, 4, 64}), k, v, 1.0), c10::Error);  // 8 % 3
+  EXPECT_THROW(Run(at::randn({9, 4, 64}), k, v.narrow(1, 0, 7), 1.0), c10::Error);
+  EXPECT_THROW(Run(at::randn({3, 4, 96}), at::randn({3, 8, 96}), at::randn({3, 8, 96}), 1.0),
                c10::Error);  // head size 96
-  EXPECT_FALSE(has_prefill_attention_bf16(96));
+  EXPECT_FALSE(GetParam().available(96));
 }
 
 }  // namespace

@@ -1,0 +1,81 @@
+// What the AVX-512 prompt attention kernels (prefill_attention_cpu_avx512bf16.cc,
+// prefill_attention_cpu_avx512.cc) share: the work items' order and the
+// online-softmax step of one query row against one tile of keys. Internal to
+// kernels/.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/exp_avx512.h"
+#endif
+
+namespace snapserve::kernels::cpu {
+
+// Keys per tile: two 16-lane vectors of scores per query row.
+inline constexpr int kTileKeys = 32;
+
+// Work item `item` of prefill_attention.h's order (head-major; within a head
+// the row groups 0, G-1, 1, G-2, ...): calls fn(head, first row).
+template <typename Fn>
+inline void for_item(int64_t item, int64_t rows_padded, int64_t group_rows, const Fn& fn) {
+  const int64_t groups = rows_padded / group_rows;
+  const int64_t i = item % groups;
+  const int64_t group = i % 2 == 0 ? i / 2 : groups - 1 - i / 2;
+  fn(item / groups, group * group_rows);
+}
+
+#if defined(__x86_64__)
+
+// A query row's running max of its scores and sum of its weights.
+struct RowSoftmax {
+  float max = -std::numeric_limits<float>::infinity();
+  float sum = 0.0f;
+};
+
+// s0, s1: the row's scores against the tile's keys 0-15 and 16-31; `seen`:
+// how many of the tile's keys the row may see (causality; the zero padding
+// past the last key lies after every position). Moves the running max to
+// the tile's, rescaling the row's kVecs output accumulators and its sum, and
+// returns the tile's weights exp(score - max) in p0, p1: exactly 0 for the
+// keys the row may not see. The sum takes them in.
+template <int kVecs>
+__attribute__((target("avx512f,avx512dq,fma"))) inline void softmax_tile_row(
+    __m512 s0, __m512 s1, int64_t seen, RowSoftmax& row, __m512 (&acc)[kVecs], __m512& p0,
+    __m512& p1) {
+  __mmask16 m0 = 0xFFFF, m1 = 0xFFFF;
+  if (seen < 32) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i limit = _mm512_set1_epi32(static_cast<int>(std::max<int64_t>(seen, 0)));
+    m0 = _mm512_cmplt_epi32_mask(lane, limit);
+    m1 = _mm512_cmplt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(16)), limit);
+  }
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const float tile_max = _mm512_reduce_max_ps(
+      _mm512_max_ps(_mm512_mask_mov_ps(ninf, m0, s0), _mm512_mask_mov_ps(ninf, m1, s1)));
+  // A row that sees none of this tile keeps its state (its max is finite
+  // from tile 0 on, which every row sees: its key 0).
+  if (tile_max > row.max) {
+    // Only a larger max rescales (exp(0) = 1 would change no bit).
+    const float rescale = std::exp(row.max - tile_max);
+    row.sum = row.sum * rescale;
+    row.max = tile_max;
+    const __m512 sc = _mm512_set1_ps(rescale);
+#pragma GCC unroll 8
+    for (int j = 0; j < kVecs; ++j) acc[j] = _mm512_mul_ps(acc[j], sc);
+  }
+  const __m512 mx = _mm512_set1_ps(row.max);
+  p0 = _mm512_maskz_mov_ps(m0, simd::exp_nonpositive_avx512(_mm512_sub_ps(s0, mx)));
+  p1 = _mm512_maskz_mov_ps(m1, simd::exp_nonpositive_avx512(_mm512_sub_ps(s1, mx)));
+  row.sum = row.sum + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+}
+
+#endif  // __x86_64__
+
+}  // namespace snapserve::kernels::cpu

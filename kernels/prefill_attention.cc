@@ -53,13 +53,34 @@ void CheckOperands(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   TORCH_CHECK(rows <= keys, name, ": ", rows, " query rows but only ", keys, " keys");
 }
 
-// Items are head-major and alternate early and late rows within a head
-// (prefill_attention.h), so chunks of consecutive items cost about the
-// same; threads take them at run time (kernels/parallel_dynamic.h).
-template <typename Fn>
-void ForItems(int64_t heads, int64_t rows_padded, int64_t group_rows, const Fn& fn) {
-  const int64_t items = heads * (rows_padded / group_rows);
-  cpu::parallel_dynamic(items, cpu::chunk_for(items), fn);
+// The sizes of checked operands (prefill_attention.h).
+cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k) {
+  cpu::AttentionShape s;
+  s.heads = q.size(0);
+  s.rows = q.size(1);
+  s.dim = q.size(2);
+  s.kv_heads = k.size(0);
+  s.keys = k.size(1);
+  const int64_t group_rows = cpu::prefill_attention_group_rows(s.dim);
+  s.rows_padded = (s.rows + group_rows - 1) / group_rows * group_rows;
+  s.tiles = (s.keys + kTileKeys - 1) / kTileKeys;
+  return s;
+}
+
+// Runs the kernel over every item. Items are head-major and alternate early
+// and late rows within a head (prefill_attention.h), so chunks of
+// consecutive items cost about the same; threads take them at run time
+// (kernels/parallel_dynamic.h).
+template <typename Packed, typename Kernel>
+void RunItems(const Packed& p, Kernel kernel, float* out) {
+  const int64_t items = p.heads * (p.rows_padded / cpu::prefill_attention_group_rows(p.dim));
+  cpu::parallel_dynamic(items, cpu::chunk_for(items), [&](int64_t begin, int64_t end) {
+#if defined(__x86_64__)
+    kernel(p, begin, end, out);
+#else
+    (void)kernel, (void)begin, (void)end, (void)out;
+#endif
+  });
 }
 
 }  // namespace
@@ -82,9 +103,8 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
   at::Tensor out = at::empty({H, rows, D}, q.options());
   if (rows == 0) return out;
 
-  const int64_t group_rows = cpu::prefill_attention_group_rows(D);
-  const int64_t rows_padded = (rows + group_rows - 1) / group_rows * group_rows;
-  const int64_t tiles = (keys + kTileKeys - 1) / kTileKeys, half = D / 2;
+  const cpu::AttentionShape shape = ShapeOf(q, k);
+  const int64_t rows_padded = shape.rows_padded, tiles = shape.tiles, half = D / 2;
   // Left uninitialized (a 2048-token prompt's operands are ~4 MiB, zeroed
   // serially they were 1-2 % of a prefill): only the padding is zeroed
   // below, everything else is written by the packing loops.
@@ -135,24 +155,12 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
     }
   });
 
-  const cpu::PackedAttention p{.q_pairs = q_pairs.get(),
-                               .k_tiles = k_tiles.get(),
-                               .v_pairs = v_pairs.get(),
-                               .heads = H,
-                               .kv_heads = Hkv,
-                               .rows = rows,
-                               .rows_padded = rows_padded,
-                               .keys = keys,
-                               .tiles = tiles,
-                               .dim = D};
-  float* dst = out.data_ptr<float>();
-  ForItems(H, rows_padded, group_rows, [&](int64_t begin, int64_t end) {
-#if defined(__x86_64__)
-    cpu::prefill_attention_avx512bf16(p, begin, end, dst);
-#else
-    (void)begin, (void)end;
-#endif
-  });
+  cpu::PackedAttention p;
+  static_cast<cpu::AttentionShape&>(p) = shape;
+  p.q_pairs = q_pairs.get();
+  p.k_tiles = k_tiles.get();
+  p.v_pairs = v_pairs.get();
+  RunItems(p, cpu::prefill_attention_avx512bf16, out.data_ptr<float>());
   return out;
 }
 
@@ -174,9 +182,8 @@ at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const
   at::Tensor out = at::empty({H, rows, D}, q.options());
   if (rows == 0) return out;
 
-  const int64_t group_rows = cpu::prefill_attention_group_rows(D);
-  const int64_t rows_padded = (rows + group_rows - 1) / group_rows * group_rows;
-  const int64_t tiles = (keys + kTileKeys - 1) / kTileKeys, tile = kTileKeys * D;
+  const cpu::AttentionShape shape = ShapeOf(q, k);
+  const int64_t rows_padded = shape.rows_padded, tiles = shape.tiles, tile = kTileKeys * D;
   // Uninitialized but for the padding, as in prefill_attention_bf16.
   auto qs = std::make_unique_for_overwrite<float[]>(H * rows_padded * D);
   auto k_tiles = std::make_unique_for_overwrite<float[]>(Hkv * tiles * tile);
@@ -213,24 +220,12 @@ at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const
     }
   });
 
-  const cpu::PackedAttentionF32 p{.q = qs.get(),
-                                  .k_tiles = k_tiles.get(),
-                                  .v_rows = v_rows.get(),
-                                  .heads = H,
-                                  .kv_heads = Hkv,
-                                  .rows = rows,
-                                  .rows_padded = rows_padded,
-                                  .keys = keys,
-                                  .tiles = tiles,
-                                  .dim = D};
-  float* dst = out.data_ptr<float>();
-  ForItems(H, rows_padded, group_rows, [&](int64_t begin, int64_t end) {
-#if defined(__x86_64__)
-    cpu::prefill_attention_avx512(p, begin, end, dst);
-#else
-    (void)begin, (void)end;
-#endif
-  });
+  cpu::PackedAttentionF32 p;
+  static_cast<cpu::AttentionShape&>(p) = shape;
+  p.q = qs.get();
+  p.k_tiles = k_tiles.get();
+  p.v_rows = v_rows.get();
+  RunItems(p, cpu::prefill_attention_avx512, out.data_ptr<float>());
   return out;
 }
 

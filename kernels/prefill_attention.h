@@ -54,21 +54,25 @@ namespace cpu {
 // q_pairs [H][rows_padded][D/2] bf16 pairs of q·scale (as uint32);
 // k_tiles [Hkv][tiles][D/2][32 keys][2] bf16 (a tile is 32 keys, padded with 0);
 // v_pairs [Hkv][tiles·16][D][2] bf16: keys 2s and 2s + 1 side by side.
-struct PackedAttention {
+// Both kernels' sizes: rows_padded is rows rounded up to whole item groups
+// (prefill_attention_group_rows), tiles the 32-key tiles of the keys.
+struct AttentionShape {
+  int64_t heads = 0, kv_heads = 0, rows = 0, rows_padded = 0, keys = 0, tiles = 0, dim = 0;
+};
+
+struct PackedAttention : AttentionShape {
   const uint32_t* q_pairs = nullptr;
   const uint16_t* k_tiles = nullptr;
   const uint16_t* v_pairs = nullptr;
-  int64_t heads = 0, kv_heads = 0, rows = 0, rows_padded = 0, keys = 0, tiles = 0, dim = 0;
 };
 
 // Operands of the float32 kernel (prefill_attention.cc packs them):
 // q [H][rows_padded][D] of q·scale; k_tiles [Hkv][tiles][D][32 keys]
 // (a tile is 32 keys, padded with 0); v_rows [Hkv][tiles·32][D].
-struct PackedAttentionF32 {
+struct PackedAttentionF32 : AttentionShape {
   const float* q = nullptr;
   const float* k_tiles = nullptr;
   const float* v_rows = nullptr;
-  int64_t heads = 0, kv_heads = 0, rows = 0, rows_padded = 0, keys = 0, tiles = 0, dim = 0;
 };
 
 // Rows of query head h in groups of prefill_attention_group_rows(D). Items

@@ -101,7 +101,8 @@ SNAPSERVE_AVX512 void attend_tiles(const PackedAttentionF32& pa, int64_t head, i
       __m512 v[kVecs];
 #pragma GCC unroll 8
       for (int j = 0; j < kVecs; ++j) {
-        v[j] = _mm512_loadu_ps(vt + static_cast<ptrdiff_t>(key) * kDim + j * 16);
+        v[j] = _mm512_loadu_ps(vt + static_cast<ptrdiff_t>(key) * kDim +
+                               static_cast<ptrdiff_t>(j) * 16);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < kRows; ++i) {
@@ -128,7 +129,9 @@ SNAPSERVE_AVX512 void store_rows(const PackedAttentionF32& pa, int64_t head, int
     const __m512 inv = _mm512_set1_ps(1.0f / state[i].softmax.sum);
     float* dst = out + (head * pa.rows + row0 + i) * kDim;
     for (int j = 0; j < kDim / 16; ++j) {
-      _mm512_storeu_ps(dst + j * 16, _mm512_mul_ps(_mm512_load_ps(state[i].acc + j * 16), inv));
+      _mm512_storeu_ps(
+          dst + static_cast<ptrdiff_t>(j) * 16,
+          _mm512_mul_ps(_mm512_load_ps(state[i].acc + static_cast<ptrdiff_t>(j) * 16), inv));
     }
   }
 }

@@ -3,9 +3,9 @@
 //   half of `--prefill-gemm=bfloat16` and `int8` (docs/quantized-weights.md,
 //   "Prompt GEMM precision");
 // - float32 products on AVX-512F CPUs without it (Ice Lake, Skylake-SP), for
-//   the same prompt precisions: more exact than the bfloat16 kernel and about
-//   the float32 FMA peak (docs/quantized-weights.md, "Prompt attention
-//   without AVX512_BF16").
+//   the same prompt precisions: more exact than the bfloat16 kernel, and
+//   1.3x LibTorch's float32 attention on an Ice Lake VM (docs/quantized-weights.md,
+//   "Prompt attention without AVX512_BF16").
 //
 // Why a kernel of our own: LibTorch's CPU flash attention multiplies in
 // float32 through MKL, whose sgemm takes its AVX2 path on AMD; at a 2,048-token
@@ -13,8 +13,8 @@
 // the linears moved to the bfloat16 GEMM (perf, stop 24's note). Its bfloat16
 // variant is no faster on this CPU.
 //
-// Numbers (bfloat16 kernel): q·scale, k, v and the softmax weights are rounded to bfloat16
-// (round to nearest even); every product is accumulated in float32, the
+// Numbers (bfloat16 kernel): q·scale, k, v and the softmax weights are
+// rounded to bfloat16 (round to nearest even); every product is accumulated in float32, the
 // running max, the softmax sums and the output stay float32 (the online
 // softmax of FlashAttention: one pass over the keys). Keys a query may not see
 // (causality) get weight exactly 0.
@@ -50,16 +50,16 @@ at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const
 
 namespace cpu {
 
-// Operands laid out for vdpbf16ps (prefill_attention.cc packs them):
-// q_pairs [H][rows_padded][D/2] bf16 pairs of q·scale (as uint32);
-// k_tiles [Hkv][tiles][D/2][32 keys][2] bf16 (a tile is 32 keys, padded with 0);
-// v_pairs [Hkv][tiles·16][D][2] bf16: keys 2s and 2s + 1 side by side.
 // Both kernels' sizes: rows_padded is rows rounded up to whole item groups
 // (prefill_attention_group_rows), tiles the 32-key tiles of the keys.
 struct AttentionShape {
   int64_t heads = 0, kv_heads = 0, rows = 0, rows_padded = 0, keys = 0, tiles = 0, dim = 0;
 };
 
+// Operands laid out for vdpbf16ps (prefill_attention.cc packs them):
+// q_pairs [H][rows_padded][D/2] bf16 pairs of q·scale (as uint32);
+// k_tiles [Hkv][tiles][D/2][32 keys][2] bf16 (a tile is 32 keys, padded with 0);
+// v_pairs [Hkv][tiles·16][D][2] bf16: keys 2s and 2s + 1 side by side.
 struct PackedAttention : AttentionShape {
   const uint32_t* q_pairs = nullptr;
   const uint16_t* k_tiles = nullptr;

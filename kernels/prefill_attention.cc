@@ -36,9 +36,13 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
-// Shapes and types both kernels take (prefill_attention.h).
-void CheckOperands(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                   const char* name) {
+cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k);
+
+// Checks the shapes and types both kernels take (prefill_attention.h) and
+// that the kernel runs here (`available`, else an error naming what it
+// `needs`); returns the sizes.
+cpu::AttentionShape CheckedShape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const char* name, bool (*available)(int64_t), const char* needs) {
   check_shape(q, "q", {-1, -1, -1});
   const int64_t H = q.size(0), rows = q.size(1), D = q.size(2);
   check_shape(k, "k", {-1, -1, D});
@@ -51,6 +55,8 @@ void CheckOperands(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   TORCH_CHECK(Hkv > 0 && H % Hkv == 0, name, ": ", H, " query heads are not a multiple of ", Hkv,
               " KV heads");
   TORCH_CHECK(rows <= keys, name, ": ", rows, " query rows but only ", keys, " keys");
+  TORCH_CHECK(available(D), name, ": needs ", needs, " and head size 64 or 128, got ", D);
+  return ShapeOf(q, k);
 }
 
 // The sizes of checked operands (prefill_attention.h).
@@ -96,14 +102,12 @@ bool has_prefill_attention_bf16(int64_t head_dim) {
 
 at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   double scale) {
-  CheckOperands(q, k, v, "prefill_attention_bf16");
-  const int64_t H = q.size(0), rows = q.size(1), D = q.size(2), Hkv = k.size(0), keys = k.size(1);
-  TORCH_CHECK(has_prefill_attention_bf16(D),
-              "prefill_attention_bf16: needs AVX512_BF16 and head size 64 or 128, got ", D);
+  const cpu::AttentionShape shape =
+      CheckedShape(q, k, v, "prefill_attention_bf16", has_prefill_attention_bf16, "AVX512_BF16");
+  const int64_t H = shape.heads, rows = shape.rows, D = shape.dim, Hkv = shape.kv_heads,
+                keys = shape.keys;
   at::Tensor out = at::empty({H, rows, D}, q.options());
   if (rows == 0) return out;
-
-  const cpu::AttentionShape shape = ShapeOf(q, k);
   const int64_t rows_padded = shape.rows_padded, tiles = shape.tiles, half = D / 2;
   // Left uninitialized (a 2048-token prompt's operands are ~4 MiB, zeroed
   // serially they were 1-2 % of a prefill): only the padding is zeroed
@@ -175,14 +179,12 @@ bool has_prefill_attention_f32(int64_t head_dim) {
 
 at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  double scale) {
-  CheckOperands(q, k, v, "prefill_attention_f32");
-  const int64_t H = q.size(0), rows = q.size(1), D = q.size(2), Hkv = k.size(0), keys = k.size(1);
-  TORCH_CHECK(has_prefill_attention_f32(D),
-              "prefill_attention_f32: needs AVX-512F and head size 64 or 128, got ", D);
+  const cpu::AttentionShape shape =
+      CheckedShape(q, k, v, "prefill_attention_f32", has_prefill_attention_f32, "AVX-512F");
+  const int64_t H = shape.heads, rows = shape.rows, D = shape.dim, Hkv = shape.kv_heads,
+                keys = shape.keys;
   at::Tensor out = at::empty({H, rows, D}, q.options());
   if (rows == 0) return out;
-
-  const cpu::AttentionShape shape = ShapeOf(q, k);
   const int64_t rows_padded = shape.rows_padded, tiles = shape.tiles, tile = kTileKeys * D;
   // Uninitialized but for the padding, as in prefill_attention_bf16.
   auto qs = std::make_unique_for_overwrite<float[]>(H * rows_padded * D);

@@ -16,6 +16,35 @@ TEST(SamplerTest, GreedyTiesGoToLowestId) {
   EXPECT_EQ(Argmax(std::vector<float>{-2.f, -1.f, -1.f}), 1);
 }
 
+// LibTorch's argmax is the oracle where no NaN is involved (both return the
+// first maximal index): rows of every length around the 16-lane pass,
+// values drawn from a few levels so that ties are common, and -inf entries.
+TEST(SamplerTest, ArgmaxEqualsLibTorchOnRandomRows) {
+  at::manual_seed(7);
+  for (int64_t n : {1, 2, 15, 16, 17, 31, 33, 100, 49152}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      at::Tensor row = at::randint(0, 6, {n}).to(at::kFloat);
+      if (trial % 3 == 0) row.masked_fill_(row == 0, -INFINITY);
+      const std::vector<float> v(row.data_ptr<float>(), row.data_ptr<float>() + n);
+      EXPECT_EQ(Argmax(v), row.argmax().item<int64_t>()) << "n=" << n << " trial " << trial;
+    }
+  }
+}
+
+// NaNs (a broken model's logits) are never chosen, except a NaN at index 0,
+// which nothing improves on: what a loop keeping the first strict
+// improvement returns.
+TEST(SamplerTest, ArgmaxSkipsNaNsLikeTheFirstImprovementLoop) {
+  const float nan = std::nanf("");
+  EXPECT_EQ(Argmax(std::vector<float>{1.f, nan, 3.f, nan}), 2);
+  EXPECT_EQ(Argmax(std::vector<float>{nan, 5.f, 9.f}), 0);
+  std::vector<float> long_row(40, 1.f);
+  long_row[20] = nan;
+  long_row[37] = 2.f;
+  EXPECT_EQ(Argmax(long_row), 37);
+  EXPECT_EQ(Argmax(std::vector<float>(20, -INFINITY)), 0);
+}
+
 TEST(SamplerTest, BatchedGreedyFastPathUsesSameTieRule) {
   const at::Tensor logits = at::tensor({0.f, 2.f, 2.f, 1.f, 1.f, 7.f, 7.f, 7.f}).view({2, 4});
   Sampler a(SamplingParams{}), b(SamplingParams{});

@@ -7,11 +7,12 @@
 
 namespace snapserve::kernels::simd {
 
-// exp(x) for x <= 0 (scores minus their running max): 2^n · p(r), the
-// degree-6 polynomial of kernels/exp_avx2.h with fused multiply-adds. x below
-// -87 is clamped there: exp(-87) ~ 1.6e-38 against a row sum >= 1 is nothing
-// a softmax weight can hold.
-__attribute__((target("avx512f,fma"))) inline __m512 exp_nonpositive_avx512(__m512 x) {
+// exp(x) for x <= 88 (scores minus their running max, which may lie up to
+// the softmax's headroom above it): 2^n · p(r), the degree-6 polynomial of
+// kernels/exp_avx2.h with fused multiply-adds; exp(88) ~ 1.7e38 is still
+// finite. x below -87 is clamped there: exp(-87) ~ 1.6e-38 against a row sum
+// >= 1 is nothing a softmax weight can hold.
+__attribute__((target("avx512f,fma"))) inline __m512 exp_at_most_88_avx512(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

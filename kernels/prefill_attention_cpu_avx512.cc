@@ -126,7 +126,7 @@ SNAPSERVE_AVX512 void store_rows(const PackedAttentionF32& pa, int64_t head, int
                                  const RowState<kDim> (&state)[kRows], float* out) {
   const int64_t valid = std::min<int64_t>(kRows, pa.rows - row0);
   for (int64_t i = 0; i < valid; ++i) {
-    const __m512 inv = _mm512_set1_ps(1.0f / state[i].softmax.sum);
+    const __m512 inv = _mm512_set1_ps(1.0f / state[i].softmax.sum());
     float* dst = out + (head * pa.rows + row0 + i) * kDim;
     for (int j = 0; j < kDim / 16; ++j) {
       _mm512_storeu_ps(

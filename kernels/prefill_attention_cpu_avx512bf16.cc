@@ -111,7 +111,7 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
 #pragma GCC unroll 8
   for (int i = 0; i < kRows; ++i) {
     if (i >= valid) break;
-    const __m512 inv = _mm512_set1_ps(1.0f / rows[i].sum);
+    const __m512 inv = _mm512_set1_ps(1.0f / rows[i].sum());
     float* dst = out + (head * pa.rows + row0 + i) * kDim;
 #pragma GCC unroll 8
     for (int j = 0; j < kVecs; ++j) {

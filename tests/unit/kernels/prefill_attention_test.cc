@@ -107,6 +107,30 @@ TEST_P(PrefillAttentionTest, MatchesFloat64SoftmaxAttention) {
   }
 }
 
+// The kernels move a row's softmax shift only when a score passes it by
+// more than a headroom (prefill_attention_cpu_common.h, kHeadroom = 8):
+// keys whose scores climb along the prompt, by steps of 0.5 (within the
+// headroom, so the shift lags behind for several tiles) and then by jumps
+// of 40 per tile (past it, so the shift and the outputs are rescaled), and
+// a last tile far below the max. Every path must still match float64.
+TEST_P(PrefillAttentionTest, MatchesFloat64WhenScoresClimbPastTheShift) {
+  at::manual_seed(2);
+  const int64_t keys = 260, dim = 64;
+  // q is one unit vector per head; key j's score is climb[j] (scale 1).
+  at::Tensor q = at::zeros({3, keys, dim});
+  q.select(2, 0).fill_(1.0);
+  at::Tensor climb = at::arange(keys, at::kFloat) * 0.5;
+  climb.narrow(0, 128, 96).add_(at::arange(96, at::kFloat).div(32, "floor") * 40);
+  climb.narrow(0, 224, 36).sub_(200);
+  at::Tensor k = at::randn({1, keys, dim}) * 0.01;
+  k.select(2, 0).copy_(climb.unsqueeze(0));
+  const at::Tensor v = at::randn({1, keys, dim});
+  const at::Tensor got = Run(q, k, v, 1.0);
+  const at::Tensor want = Reference(q, k, v, 1.0, GetParam().bf16);
+  const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
+  EXPECT_LE(err, Bound(v));
+}
+
 TEST_P(PrefillAttentionTest, RowsDoNotDependOnTheChunkAroundThem) {
   // A later chunk's rows equal the same rows of the whole prompt's call: the
   // engine's chunked prefill must not change a prompt's numbers.

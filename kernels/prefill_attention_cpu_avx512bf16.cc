@@ -6,9 +6,10 @@
 //   1. scores: for each pair t of head dimensions, q's pair broadcast to 16
 //      lanes times the tile's keys' pairs (two registers of 16 keys), one
 //      vdpbf16ps each;
-//   2. online softmax per row: the running max moves to the tile's max, the
-//      outputs and the sum are rescaled by exp(old max - new max), the
-//      tile's weights are exp(score - max) (0 where causality hides a key);
+//   2. online softmax per row (prefill_attention_cpu_common.h): where a
+//      score passes the row's shift by more than the headroom, the shift
+//      moves to the tile's max and the outputs and sums are rescaled; the
+//      tile's weights are exp(score - shift) (0 where causality hides a key);
 //   3. weights · V: the 32 weights, rounded to bf16 pairs by one
 //      vcvtne2ps2bf16, are broadcast a pair at a time against V's rows laid
 //      out as key pairs, one vdpbf16ps per 16 output dimensions.

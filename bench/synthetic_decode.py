@@ -9,15 +9,20 @@ models, and an 8B model should not stay resident for the next):
 - load_s: building the model (generating its weights);
 - prefill: tokens/s of one --prefill-tokens prompt (last logits only);
 - decode at batch 1: seconds per step after a --prompt-tokens prompt;
-- decode at batch 16: model_greedy_batch with 16 prompts of --batch-prompt
-  tokens; per-step time = (time with 1 + S new tokens - time with 1) / S, so
-  the 16 prefills cancel out;
+- decode at batch 16: 16 prompts of --batch-prompt tokens prefilled one by
+  one (not timed), then S batched greedy decode steps timed
+  (model_batch_decode_seconds_on); per-step time = that / S;
 - weight_bytes_per_step: bytes of weight matrices one CPU decode step reads
   (every layer's q/k/v, o, gate/up, down and the LM head, as stored: blocks,
   or the model dtype), and the implied GB/s (1e9) = bytes / step time, also as
   a fraction of the machine's read bandwidth (bench/common.py's probe, on the
   same thread count). KV reads are not counted (small at these lengths).
 Each figure is the median of --runs.
+
+--device=cuda runs the same forward on a GPU (the weights dequantized to the
+model dtype there; bf16 or f16 formats are the ones to time). Each timed step
+ends in a copy of the chosen ids to the host, so the clock sees finished GPU
+work. The CPU read-bandwidth probe and its fraction are left out on a GPU.
 
 Dtype: float32 for block formats (the CPU linear decodes blocks into float32
 activations), bfloat16 for bf16, float16 for f16, float32 for f32.
@@ -52,6 +57,7 @@ def parse_args(argv=None):
     ap.add_argument("--formats", default="q4_1,q8_0,bf16")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--prefill-tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=64, help="before batch-1 decode")
@@ -88,36 +94,31 @@ def measure(args, spec, dtype):
                                "libsnapserve_torch_ops.so"))
     ops = torch.ops.snapserve
     t0 = time.perf_counter()
-    ops.model_time(spec, dtype, [1], 0)  # loads: generates the weights
+    dev = args.device
+    ops.model_time_on(spec, dtype, dev, [1], 0)  # loads: generates the weights
     load_s = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(1234)
     n = max(args.prefill_tokens, args.prompt_tokens, BATCH * args.batch_prompt)
     vocab_floor = 32000  # every preset's vocabulary is at least this large
     ids = torch.randint(0, vocab_floor, (n,), generator=gen).tolist()
-    ops.model_time(spec, dtype, ids[:16], 2)  # warm up
+    ops.model_time_on(spec, dtype, dev, ids[:16], 2)  # warm up
 
-    prefill = [ops.model_time(spec, dtype, ids[:args.prefill_tokens], 0)[0]
+    prefill = [ops.model_time_on(spec, dtype, dev, ids[:args.prefill_tokens], 0)[0]
                for _ in range(args.runs)]
-    decode1 = [ops.model_time(spec, dtype, ids[:args.prompt_tokens], args.decode_steps)[1]
-               / args.decode_steps for _ in range(args.runs)]
+    decode1 = [ops.model_time_on(spec, dtype, dev, ids[:args.prompt_tokens],
+                                 args.decode_steps)[1] / args.decode_steps
+               for _ in range(args.runs)]
     flat = ids[:BATCH * args.batch_prompt]
     lengths = [args.batch_prompt] * BATCH
-
-    def batch_s(max_new):
-        t = time.perf_counter()
-        ops.model_greedy_batch(spec, dtype, flat, lengths, max_new)
-        return time.perf_counter() - t
-
-    decode16 = []
-    for _ in range(args.runs):
-        base = batch_s(1)
-        decode16.append(max(batch_s(1 + args.batch_steps) - base, 0.0) / args.batch_steps)
+    decode16 = [ops.model_batch_decode_seconds_on(spec, dtype, dev, flat, lengths,
+                                                  args.batch_steps) / args.batch_steps
+                for _ in range(args.runs)]
     weight_bytes = int(ops.synthetic_decode_bytes(spec, dtype))
     with open("/proc/self/status") as f:
         peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
     p, d1, d16 = (statistics.median(x) for x in (prefill, decode1, decode16))
     return dict(
-        spec=spec, dtype=dtype, load_s=load_s, peak_rss_bytes=peak,
+        spec=spec, dtype=dtype, device=dev, load_s=load_s, peak_rss_bytes=peak,
         weight_bytes_per_step=weight_bytes,
         prefill=dict(tokens=args.prefill_tokens, tok_s=args.prefill_tokens / p, runs_s=prefill),
         decode_batch1=dict(prompt_tokens=args.prompt_tokens, steps=args.decode_steps,
@@ -142,8 +143,10 @@ def main():
         cases += [("llama-3.1-8b", "q4_k"), ("llama-3.1-8b", "q8_0")]
     machine = common.machine_info(server_threads=args.threads)
     load_start = os.getloadavg()[0]
-    bandwidth = common.memory_bandwidth_gbs(size_mb=256 if args.quick else 512,
-                                            threads=args.threads)
+    bandwidth = None
+    if args.device == "cpu":
+        bandwidth = common.memory_bandwidth_gbs(size_mb=256 if args.quick else 512,
+                                                threads=args.threads)
     results, failures = [], []
     for preset, fmt in cases:
         spec = f"synthetic:{preset}?format={fmt}&seed={args.seed}"
@@ -161,7 +164,8 @@ def main():
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         for key in ("decode_batch1", "decode_batch16"):
             gbs = r[key]["weight_gb_per_s"]
-            r[key]["fraction_of_read_bandwidth"] = gbs / bandwidth["gb_per_s"] if gbs else None
+            r[key]["fraction_of_read_bandwidth"] = (gbs / bandwidth["gb_per_s"]
+                                                    if gbs and bandwidth else None)
         results.append(r)
         common.log(f"  load {r['load_s']:.1f} s, prefill {r['prefill']['tok_s']:.1f} tok/s, "
                    f"decode b1 {1e3 * r['decode_batch1']['step_s']:.0f} ms/step "
@@ -171,14 +175,14 @@ def main():
     common.write_json(args.out, dict(
         benchmark="synthetic_decode",
         config=dict(cases=[f"{p}?format={f}" for p, f in cases], seed=args.seed,
-                    threads=args.threads, runs=args.runs, statistic="median",
+                    threads=args.threads, device=args.device, runs=args.runs, statistic="median",
                     prefill_tokens=args.prefill_tokens, prompt_tokens=args.prompt_tokens,
                     decode_steps=args.decode_steps, batch=BATCH, batch_prompt=args.batch_prompt,
                     batch_steps=args.batch_steps, quick=args.quick, full=args.full,
                     quantized_dot=args.quantized_dot,
                     omp_wait_policy=child_env()["OMP_WAIT_POLICY"],
                     note="random weights and random token ids; forward pass only (torch ops, "
-                         "DenseKvStore, CPU); numbers from a shared, noisy machine are "
+                         "DenseKvStore, --device); numbers from a shared, noisy machine are "
                          "indicative"),
         machine=machine, memory_bandwidth=bandwidth, results=results, failures=failures))
     sys.exit(1 if failures else 0)

@@ -35,17 +35,27 @@ PYEOF
 TORCH_DIR="$("$PY" -c 'import torch;print(torch.utils.cmake_prefix_path)')/Torch"
 BUILD="$ROOT/build-gpu"
 start=$(date +%s)
+# The system compiler, whose libstdc++.so.6 is the one PyTorch, the CUDA
+# libraries and libsentencepiece load. The 2026-12-04 H200 image sets CXX,
+# CC and CUDAHOSTCXX to /opt/gcc/bin/g++, a wrapper that links libstdc++
+# statically (the executables held their own std::locale code), so a second
+# copy of libstdc++ ran beside the shared one. CXX is therefore not read
+# here; GPU_CHECK_CXX and GPU_CHECK_CC override.
+CXX="${GPU_CHECK_CXX:-$(command -v /usr/bin/g++ || command -v g++)}"
+CC="${GPU_CHECK_CC:-$(command -v /usr/bin/gcc || command -v gcc)}"
+echo "[gpu-check] compilers: $CXX ($("$CXX" -dumpfullversion)), libstdc++: $("$CXX" -print-file-name=libstdc++.so)"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_COMPILER="$CC" -DCMAKE_CUDA_HOST_COMPILER="$CXX" \
   -DSNAPSERVE_BUILD_SERVER=OFF -DSNAPSERVE_WITH_CUDA=ON \
   -DTorch_DIR="$TORCH_DIR" -DCMAKE_PREFIX_PATH="$CARRY" \
   -DSNAPSERVE_GTEST_SOURCE="$CARRY/googletest" 2>&1 | tail -5
 cmake --build "$BUILD" -j "$(nproc)" 2>&1 | tail -5
-# On the 2026-12-04 H200 image, PyTorch's libtorch.so exports its own
-# std::filesystem symbols and the test binaries found them before
-# libstdc++'s (a segfault in std::filesystem::remove_all; see
-# docs/testing-and-measuring.md, "First run on a GPU"). Preloading libstdc++
-# puts its symbols first in every process below. Not yet verified there.
-export LD_PRELOAD="$(g++ -print-file-name=libstdc++.so.6)${LD_PRELOAD:+:$LD_PRELOAD}"
+# That image's libtorch.so exports its own copy of std::filesystem, and the
+# executables (libtorch ahead of libstdc++ among their needed libraries)
+# bound to it and crashed in std::filesystem::remove_all, whichever compiler
+# built them. Preloading libstdc++ puts its symbols ahead of every library's,
+# in every process below (docs/testing-and-measuring.md, "GPU checks").
+export LD_PRELOAD="$("$CXX" -print-file-name=libstdc++.so.6)${LD_PRELOAD:+:$LD_PRELOAD}"
 (cd "$BUILD" && ctest -j "$(nproc)" --output-on-failure --output-junit "$BUILD/ctest.xml") > "$OUT/ctest.log" 2>&1 || true
 tail -15 "$OUT/ctest.log"
 # One pytest run per file, each with its whole log: a crash in one (a
@@ -56,4 +66,16 @@ for f in test_snapkv_reference test_paged_attention test_model_cuda; do
     "tests/python/$f.py" > "$OUT/pytest-$f.log" 2>&1 || true
   tail -8 "$OUT/pytest-$f.log"
 done
+# The forward's speed on the GPU, models of real shapes with random bf16
+# weights (bench/synthetic_decode.py --device=cuda): prefill, batch-1 and
+# batch-16 decode steps. GPU_BENCH_PRESETS= (empty) skips it.
+presets="${GPU_BENCH_PRESETS-llama-3.2-1b,llama-3.1-8b}"
+if [ -n "$presets" ]; then
+  SNAPSERVE_BUILD_DIR="$BUILD" "$PY" bench/synthetic_decode.py --device cuda \
+    --presets "$presets" --formats bf16 --threads "$(nproc)" --prefill-tokens 2048 \
+    --prompt-tokens 512 --decode-steps 64 --batch-prompt 512 --batch-steps 32 \
+    --out synthetic_decode_cuda.json > "$OUT/bench-synthetic.log" 2>&1 || true
+  cp bench/results/synthetic_decode_cuda.json "$OUT/" 2>/dev/null || true
+  tail -6 "$OUT/bench-synthetic.log"
+fi
 echo "{\"wall_s\": $(( $(date +%s) - start ))}" > "$OUT/timing.json"

@@ -133,14 +133,15 @@ at::Tensor ModelGreedyBatch(const std::string& path, const std::string& dtype, a
   return out;
 }
 
-// Timing helper for the benchmark: prefill of `ids` (last logits only), then
-// `decode_steps` batch-1 greedy decode steps. Returns {prefill_s, decode_s}.
 // Seconds of `steps` batched greedy decode steps after prefilling each of
 // the prompts (`flat` cut by `lengths`); the prefill is not timed
 // (bench/quantized_decode.py's batch-16 figure).
-double ModelBatchDecodeSeconds(const std::string& path, const std::string& dtype,
-                               at::IntArrayRef flat, at::IntArrayRef lengths, int64_t steps) {
-  LlamaModel& m = GetModel(path, dtype, "cpu");
+// On any device ("cpu", "cuda"): each step ends in a device-to-host copy of
+// the chosen ids, so the clock sees finished work.
+double ModelBatchDecodeSecondsOn(const std::string& path, const std::string& dtype,
+                                 const std::string& device, at::IntArrayRef flat,
+                                 at::IntArrayRef lengths, int64_t steps) {
+  LlamaModel& m = GetModel(path, dtype, device);
   DenseKvStore store(m.config().num_layers, m.config().sliding_window);
   std::vector<int64_t> seqs, positions;
   std::vector<int32_t> next;
@@ -166,9 +167,19 @@ double ModelBatchDecodeSeconds(const std::string& path, const std::string& dtype
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::vector<double> ModelTime(const std::string& path, const std::string& dtype,
-                              at::IntArrayRef ids, int64_t decode_steps) {
-  LlamaModel& m = GetModel(path, dtype, "cpu");
+double ModelBatchDecodeSeconds(const std::string& path, const std::string& dtype,
+                               at::IntArrayRef flat, at::IntArrayRef lengths, int64_t steps) {
+  return ModelBatchDecodeSecondsOn(path, dtype, "cpu", flat, lengths, steps);
+}
+
+// Timing helper for the benchmarks on any device: prefill of `ids` (last
+// logits only), then `decode_steps` batch-1 greedy decode steps. Returns
+// {prefill_s, decode_s}; every step ends in `.item()`, which waits for the
+// device.
+std::vector<double> ModelTimeOn(const std::string& path, const std::string& dtype,
+                                const std::string& device, at::IntArrayRef ids,
+                                int64_t decode_steps) {
+  LlamaModel& m = GetModel(path, dtype, device);
   DenseKvStore store(m.config().num_layers, m.config().sliding_window);
   const auto t0 = std::chrono::steady_clock::now();
   at::Tensor logits = m.Prefill(0, ToInt32(ids), store);
@@ -182,6 +193,11 @@ std::vector<double> ModelTime(const std::string& path, const std::string& dtype,
   const auto t2 = std::chrono::steady_clock::now();
   return {std::chrono::duration<double>(t1 - t0).count(),
           std::chrono::duration<double>(t2 - t1).count()};
+}
+
+std::vector<double> ModelTime(const std::string& path, const std::string& dtype,
+                              at::IntArrayRef ids, int64_t decode_steps) {
+  return ModelTimeOn(path, dtype, "cpu", ids, decode_steps);
 }
 
 // Teacher-forced decode: prefills ids[0, from), then runs one batch-1 decode
@@ -306,6 +322,12 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
       &snapserve::model::ModelBatchDecodeSeconds);
   m.def("model_time(str path, str dtype, int[] ids, int decode_steps) -> float[]",
         &snapserve::model::ModelTime);
+  m.def("model_time_on(str path, str dtype, str device, int[] ids, int decode_steps) -> float[]",
+        &snapserve::model::ModelTimeOn);
+  m.def(
+      "model_batch_decode_seconds_on(str path, str dtype, str device, int[] flat, int[] lengths, "
+      "int steps) -> float",
+      &snapserve::model::ModelBatchDecodeSecondsOn);
   m.def(
       "model_chunked_snapkv(str path, str dtype, int[] ids, int chunk, int capacity, int window, "
       "int steps) -> Tensor[]",

@@ -93,8 +93,8 @@ def measure(args, spec, dtype):
     torch.ops.load_library(str(pathlib.Path(args.build_dir) / "tests" /
                                "libsnapserve_torch_ops.so"))
     ops = torch.ops.snapserve
-    t0 = time.perf_counter()
     dev = args.device
+    t0 = time.perf_counter()
     ops.model_time_on(spec, dtype, dev, [1], 0)  # loads: generates the weights
     load_s = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(1234)

@@ -47,6 +47,7 @@ import common  # noqa: E402
 
 DTYPE_OF_FORMAT = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
 BATCH = 16
+PROFILE_STEPS = 10  # decode steps of a profiled run (--profile): the profiler slows the host
 
 
 def parse_args(argv=None):
@@ -66,6 +67,10 @@ def parse_args(argv=None):
     ap.add_argument("--batch-steps", type=int, default=8, help="batch-16 steps per run")
     ap.add_argument("--quantized-dot", choices=["exact", "int8"], default="exact",
                     help="how decode multiplies GGUF blocks (the server's --quantized-dot)")
+    ap.add_argument("--profile", default="", metavar="PRESETS",
+                    help="for these presets (comma-separated), also print on stderr the kernels "
+                         "of short batch-1 and batch-16 decode runs and their time per step "
+                         "(torch.profiler; for --device cuda)")
     ap.add_argument("--quick", action="store_true", help="1 run, fewer tokens (smoke run)")
     ap.add_argument("--full", action="store_true", help="also llama-3.1-8b in q4_k and q8_0")
     ap.add_argument("--out", default="synthetic_decode.json", help="file name under bench/results/")
@@ -117,6 +122,8 @@ def measure(args, spec, dtype):
     with open("/proc/self/status") as f:
         peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
     p, d1, d16 = (statistics.median(x) for x in (prefill, decode1, decode16))
+    if spec.split(":", 1)[-1].split("?")[0] in args.profile.split(","):
+        profile_decode(ops, spec, dtype, dev, ids[:args.prompt_tokens], flat, lengths, d1, d16)
     return dict(
         spec=spec, dtype=dtype, device=dev, load_s=load_s, peak_rss_bytes=peak,
         weight_bytes_per_step=weight_bytes,
@@ -128,6 +135,38 @@ def measure(args, spec, dtype):
                             tok_s=BATCH / d16 if d16 else None,
                             weight_gb_per_s=weight_bytes / d16 / 1e9 if d16 else None,
                             runs_step_s=decode16))
+
+
+def profile_decode(ops, spec, dtype, dev, prompt, flat, lengths, step_s, batch_step_s):
+    """Where decode's time goes on the device (torch.profiler, on stderr):
+    the kernel table of a short batch-1 and batch-16 run, and the kernels'
+    time per decode step against the step's measured (unprofiled) wall time.
+    Each run is profiled with PROFILE_STEPS and with 2 steps; the difference
+    leaves out the prompt's prefill. A small share means the host (launches,
+    synchronisation, Python-free but serial C++ between kernels), not the
+    GPU, sets the step's pace."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else [])
+    runs = (("batch-1", step_s, lambda n: ops.model_time_on(spec, dtype, dev, prompt, n)),
+            ("batch-16", batch_step_s,
+             lambda n: ops.model_batch_decode_seconds_on(spec, dtype, dev, flat, lengths, n)))
+    for label, measured, run in runs:
+        device_s = {}
+        for steps in (2, PROFILE_STEPS):
+            with profile(activities=acts) as prof:
+                run(steps)
+            # Kernel events only: the operator rows repeat their kernels' time.
+            device_s[steps] = sum(e.self_device_time_total for e in prof.events()
+                                  if e.device_type != DeviceType.CPU) / 1e6
+        per_step = (device_s[PROFILE_STEPS] - device_s[2]) / (PROFILE_STEPS - 2)
+        print(f"[profile] {spec} {label}: kernels {1e3 * per_step:.2f} ms per decode step, "
+              f"step measured {1e3 * measured:.2f} ms: device busy "
+              f"{100 * per_step / measured:.0f} %", file=sys.stderr)
+        events = prof.key_averages()
+        key = ("self_device_time_total" if hasattr(events[0], "self_device_time_total")
+               else "self_cuda_time_total")
+        print(events.table(sort_by=key, row_limit=15, max_name_column_width=60), file=sys.stderr)
 
 
 def main():

@@ -68,12 +68,18 @@ for f in test_snapkv_reference test_paged_attention test_model_cuda; do
 done
 # The forward's speed on the GPU, models of real shapes with random bf16
 # weights (bench/synthetic_decode.py --device=cuda): prefill, batch-1 and
-# batch-16 decode steps. GPU_BENCH_PRESETS= (empty) skips it.
+# batch-16 decode steps; for the presets in GPU_PROFILE_PRESETS (default the
+# 1B), the kernels of short decode runs and their time per step against the
+# measured step (--profile, in bench-synthetic.log; about 30 s per preset).
+# GPU_BENCH_PRESETS= (empty) skips it. On 2026-12-04 a run that profiled
+# both presets over 64-step runs went past 570 s from a cold machine (the
+# 8B's results were lost); profiled runs are now 10 steps, the 1B only.
 presets="${GPU_BENCH_PRESETS-llama-3.2-1b,llama-3.1-8b}"
 if [ -n "$presets" ]; then
   SNAPSERVE_BUILD_DIR="$BUILD" "$PY" bench/synthetic_decode.py --device cuda \
     --presets "$presets" --formats bf16 --threads "$(nproc)" --prefill-tokens 2048 \
     --prompt-tokens 512 --decode-steps 64 --batch-prompt 512 --batch-steps 32 \
+    --profile "${GPU_PROFILE_PRESETS-llama-3.2-1b}" \
     --out synthetic_decode_cuda.json > "$OUT/bench-synthetic.log" 2>&1 || true
   cp bench/results/synthetic_decode_cuda.json "$OUT/" 2>/dev/null || true
   tail -6 "$OUT/bench-synthetic.log"

@@ -316,10 +316,13 @@ at::Tensor LlamaModel::ContinuePrompt(PromptState& st, KvStore& store, int64_t m
         st.queries[i] = at::Tensor();
       }
     }
-    h = h + Linear(attn.transpose(0, 1).reshape({rows, H * D}), l.o_proj);
+    // In place, as Decode does: the int8 panels add their sums straight into
+    // h (no [rows, hidden] temporary and no separate add pass; the same bits
+    // as h + Linear). h is this function's own tensor from Embed on.
+    AddLinear(h, attn.transpose(0, 1).reshape({rows, H * D}), l.o_proj);
     // The MLP is row-wise: over long chunks it runs on slices of rows so its
     // [rows, 2 * intermediate] buffers stay small (96 MiB each at 8K tokens
-    // otherwise, several alive at once), in place on the fresh residual.
+    // otherwise, several alive at once), in place on the residual.
     for (int64_t r = 0; r < rows; r += kPrefillMlpRows) {
       at::Tensor slice = h.narrow(0, r, std::min(kPrefillMlpRows, rows - r));
       AddMlp(slice, l, RmsNorm(slice, l.mlp_norm));

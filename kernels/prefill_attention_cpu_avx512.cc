@@ -90,8 +90,8 @@ SNAPSERVE_AVX512 void attend_tiles(const PackedAttentionF32& pa, int64_t head, i
 #pragma GCC unroll 8
     for (int i = 0; i < kRows; ++i) {
       __m512 p0, p1;
-      softmax_tile_row<kVecs>(s[i][0], s[i][1], first_pos + row0 + i - key0 + 1, rows[i], acc[i],
-                              p0, p1);
+      softmax_tile_row<kVecs, false>(s[i][0], s[i][1], first_pos + row0 + i - key0 + 1, rows[i],
+                                     acc[i], p0, p1);
       _mm512_store_ps(weights[i], p0);
       _mm512_store_ps(weights[i] + 16, p1);
     }

@@ -86,8 +86,8 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
 #pragma GCC unroll 8
     for (int i = 0; i < kRows; ++i) {
       __m512 p0, p1;
-      softmax_tile_row<kVecs>(s[i][0], s[i][1], first_pos + row0 + i - key0 + 1, rows[i], acc[i],
-                              p0, p1);
+      softmax_tile_row<kVecs, true>(s[i][0], s[i][1], first_pos + row0 + i - key0 + 1, rows[i],
+                                    acc[i], p0, p1);
       // Lane l of the result: keys 2l and 2l + 1 of the tile as a bf16 pair.
       _mm512_store_si512(weights[i], __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(p1, p0)));
     }

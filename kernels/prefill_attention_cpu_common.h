@@ -63,7 +63,10 @@ struct RowSoftmax {
 // row's kVecs output accumulators and its sums are rescaled by
 // exp(old max - new max). Returns the tile's weights exp(score - max) in p0,
 // p1: exactly 0 for the keys the row may not see. The sums take them in.
-template <int kVecs>
+// kBf16Weights: the weights will be rounded to bfloat16 (the bfloat16
+// kernel), so exp2_for_bf16_weights_avx512 is precise enough; else the
+// float32 kernel's full-precision exp.
+template <int kVecs, bool kBf16Weights>
 __attribute__((target("avx512f,avx512dq,fma"))) inline void softmax_tile_row(
     __m512 s0, __m512 s1, int64_t seen, RowSoftmax& row, __m512 (&acc)[kVecs], __m512& p0,
     __m512& p1) {
@@ -87,9 +90,23 @@ __attribute__((target("avx512f,avx512dq,fma"))) inline void softmax_tile_row(
 #pragma GCC unroll 8
     for (int j = 0; j < kVecs; ++j) acc[j] = _mm512_mul_ps(acc[j], sc);
   }
-  const __m512 mx = _mm512_set1_ps(row.max);
-  p0 = _mm512_maskz_mov_ps(m0, simd::exp_at_most_88_avx512(_mm512_sub_ps(s0, mx)));
-  p1 = _mm512_maskz_mov_ps(m1, simd::exp_at_most_88_avx512(_mm512_sub_ps(s1, mx)));
+  if constexpr (kBf16Weights) {
+    // 2^(score · log2 e - max · log2 e), one FMA for the argument. The
+    // rounding of max · log2 e (~2^-24 of it) scales all of the row's
+    // weights alike while the max stays, and cancels in the normalization.
+    constexpr float kLog2e = 1.44269504088896341f;
+    const __m512 log2e = _mm512_set1_ps(kLog2e), shift = _mm512_set1_ps(row.max * kLog2e);
+    p0 = simd::exp2_for_bf16_weights_avx512(_mm512_fmsub_ps(s0, log2e, shift));
+    p1 = simd::exp2_for_bf16_weights_avx512(_mm512_fmsub_ps(s1, log2e, shift));
+  } else {
+    const __m512 mx = _mm512_set1_ps(row.max);
+    p0 = simd::exp_at_most_88_avx512(_mm512_sub_ps(s0, mx));
+    p1 = simd::exp_at_most_88_avx512(_mm512_sub_ps(s1, mx));
+  }
+  if (seen < 32) {  // only a tile on the diagonal (or past the last key) hides keys
+    p0 = _mm512_maskz_mov_ps(m0, p0);
+    p1 = _mm512_maskz_mov_ps(m1, p1);
+  }
   _mm512_store_ps(row.sums, _mm512_add_ps(_mm512_load_ps(row.sums), _mm512_add_ps(p0, p1)));
 }
 

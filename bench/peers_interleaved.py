@@ -1,7 +1,8 @@
 """Benchmark: W2 (prefill of a 2,048-token prompt) of snapserve and vLLM-CPU
 with the requests interleaved, so that both servers see the same machine.
 
-Why: the peers harness (../shared/peers/run_all.sh) runs one server after the
+Why: the team's side-by-side harness (docs/testing-and-measuring.md,
+"Benchmarks": it lives outside the repository) runs one server after the
 other, and this VM's speed drifts by 20 % within a run (docs/quantized-
 weights.md, "Run k"), which lands in the ratios. Here both servers are up at
 once and take turns: each round sends the W2 prompt to vLLM, to snapserve
@@ -21,7 +22,7 @@ definition for both (W2 of the harness is 2,048 / TTFT; with one new token the
 two differ by the last token's delivery only).
 
 vLLM is the harness's install ($PEERS_DIR/vllm-venv, the model in
-$PEERS_DIR/smollm2-hf: ../shared/peers/README.txt); it runs with vLLM's own
+$PEERS_DIR/smollm2-hf, as that harness installs them); it runs with vLLM's own
 documented CPU settings for 2 threads (VLLM_CPU_OMP_THREADS_BIND=0-1, 4 GiB KV
 space, prefix caching off, as the harness configures it). snapserve runs this
 build with the flags of --snap-args.
@@ -34,7 +35,6 @@ import json
 import os
 import pathlib
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +42,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import common  # noqa: E402
+from snapserve_testkit import free_port  # noqa: E402  (common put the repository on sys.path)
 
 SNAP_ARGS = ("--quantized-dot=int8 --prefill-gemm=int8 --kv-cache-dtype=bfloat16 --block-size=64 "
              "--threads=2 --max-batch-size=16 --kv-cache-memory=2GiB")
@@ -57,12 +58,6 @@ def parse_args(argv=None):
     ap.add_argument("--vllm-start-timeout", type=float, default=900)
     ap.add_argument("--out", default="peers_interleaved.json", help="file name under bench/results/")
     return ap.parse_args(argv)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tree_cpu_seconds(root_pid):

@@ -182,30 +182,6 @@ SNAPSERVE_VNNI void rows_dot(const QuantMatrix& w, const QuantizedRows& xq, int6
 
 }  // namespace
 
-// quantize_blocks_portable's steps on 16 lanes: the same max, the same scale
-// and reciprocal (scalar), x * inv rounded half to even, clamped.
-SNAPSERVE_VNNI bool quantize_blocks_avx512(const float* x, int64_t blocks, int8_t* q, float* d,
-                                           float* s) {
-  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-  for (int64_t i = 0; i < blocks; ++i) {
-    const float* xb = x + i * kDotBlock;
-    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-    const float scale = amax / 127.0f;
-    const __m512 inv = _mm512_set1_ps(scale > 0.0f ? 1.0f / scale : 0.0f);
-    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    const __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(
-        _mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(x0, inv), kNearest), lo), hi));
-    const __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(
-        _mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(x1, inv), kNearest), lo), hi));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i * kDotBlock), _mm512_cvtepi32_epi8(q0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i * kDotBlock + 16), _mm512_cvtepi32_epi8(q1));
-    d[i] = scale;
-    s[i] = scale * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
-  }
-  return true;
-}
-
 bool int8_dot_avx512vnni(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
                          int64_t r_end, float* out, int64_t n_total) {
   if (xq.vnni_groups * 8 * kDotBlock < xq.k) return false;  // not arranged_for_vnni
@@ -222,7 +198,6 @@ bool int8_dot_avx512vnni(const QuantMatrix&, const QuantizedRows&, int64_t, int6
                          int64_t) {
   return false;
 }
-bool quantize_blocks_avx512(const float*, int64_t, int8_t*, float*, float*) { return false; }
 }  // namespace snapserve::kernels::cpu
 
 #endif

@@ -38,21 +38,14 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const float* src = xc.const_data_ptr<float>();
   const float* w = wc.const_data_ptr<float>();
   float* dst = out.data_ptr<float>();
+  const bool simd = cpu_isa() >= CpuIsa::kAvx512;
+  const float eps_f = static_cast<float>(eps);
   at::parallel_for(0, m, RowGrain(n), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = src + r * n;
-      // Four partial sums (one fixed order): a single chain would wait on
-      // each add's latency over long prompts.
-      double part[4] = {0, 0, 0, 0};
-      int64_t i = 0;
-      for (; i + 4 <= n; i += 4) {
-        for (int j = 0; j < 4; ++j) part[j] += static_cast<double>(row[i + j]) * row[i + j];
-      }
-      for (; i < n; ++i) part[0] += static_cast<double>(row[i]) * row[i];
-      const double squares = (part[0] + part[1]) + (part[2] + part[3]);
-      const float mean = static_cast<float>(squares / static_cast<double>(n));
-      const float scale = 1.0f / std::sqrt(mean + static_cast<float>(eps));
       float* o = dst + r * n;
+      if (simd && cpu::rms_norm_row_avx512(row, w, n, eps_f, o)) continue;
+      const float scale = cpu::rms_scale(cpu::sum_of_squares_portable(row, n), n, eps_f);
       for (int64_t j = 0; j < n; ++j) o[j] = w[j] * (row[j] * scale);
     }
   });
@@ -74,10 +67,15 @@ void rope_rotate_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   float* base = x.data_ptr<float>();
   const float* c = cos.const_data_ptr<float>();
   const float* s = sin.const_data_ptr<float>();
+  const bool simd = cpu_isa() >= CpuIsa::kAvx512;
   at::parallel_for(0, m, RowGrain(heads * d), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* cr = c + r * d;
       const float* sr = s + r * d;
+      if (simd &&
+          cpu::rope_rotate_row_avx512(base + r * row_stride, heads, head_stride, d, cr, sr)) {
+        continue;
+      }
       for (int64_t h = 0; h < heads; ++h) {
         float* v = base + r * row_stride + h * head_stride;
         for (int64_t i = 0; i < half; ++i) {

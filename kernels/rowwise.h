@@ -14,6 +14,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cmath>
+#include <cstdint>
+
 namespace snapserve::kernels {
 
 // x [m, n] float32, weight [n] float32 (CPU): weight * (x * rsqrt(mean(x^2) + eps)),
@@ -36,6 +39,40 @@ namespace cpu {
 // simd::exp_avx2 (within 1 ulp of expf); returns false where the CPU path is
 // portable (rowwise_cpu_avx2.cc).
 bool silu_mul_row_avx2(const float* gate, const float* up, int64_t n, float* out);
+
+// RMSNorm's sum of squares in double, in the one order every path uses: 16
+// partial sums (element i goes to partial i % 16 while 16 remain), folded as
+// p[j] + p[j + 8], then lanes k and k + 4, k and k + 2, 0 and 1; the last
+// n % 16 squares are summed apart and added at the end. Sixteen chains, not
+// one, so the adds' latency does not bound a row (docs/quantized-weights.md,
+// "Activation quantization, 16 blocks at a time"). Each square is exact in
+// double.
+inline double sum_of_squares_portable(const float* x, int64_t n) {
+  double p[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) p[j] += static_cast<double>(x[i + j]) * x[i + j];
+  }
+  double tail = 0.0;
+  for (; i < n; ++i) tail += static_cast<double>(x[i]) * x[i];
+  double c[8], d[4];
+  for (int j = 0; j < 8; ++j) c[j] = p[j] + p[j + 8];
+  for (int k = 0; k < 4; ++k) d[k] = c[k] + c[k + 4];
+  return ((d[0] + d[2]) + (d[1] + d[3])) + tail;
+}
+
+// 1 / sqrt(mean of squares + eps), the mean rounded to float first.
+inline float rms_scale(double squares, int64_t n, float eps) {
+  const float mean = static_cast<float>(squares / static_cast<double>(n));
+  return 1.0f / std::sqrt(mean + eps);
+}
+
+// One row of rms_norm, and one row of rope_rotate_ (all its `heads` heads of
+// d floats at head_stride), 16 lanes at a time: the portable loops' bits
+// (rowwise_cpu_avx512.cc). Return false where this build lacks AVX-512.
+bool rms_norm_row_avx512(const float* x, const float* w, int64_t n, float eps, float* out);
+bool rope_rotate_row_avx512(float* x, int64_t heads, int64_t head_stride, int64_t d,
+                            const float* cos, const float* sin);
 }  // namespace cpu
 
 }  // namespace snapserve::kernels

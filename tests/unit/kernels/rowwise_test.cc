@@ -8,6 +8,11 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu_isa.h"
+
 namespace snapserve::kernels {
 namespace {
 
@@ -38,6 +43,27 @@ TEST(RmsNorm, MatchesFloat64Reference) {
   }
 }
 
+// The AVX-512 row (when this CPU and the cap allow it) against the portable
+// order of rowwise.h, bit for bit: lengths below, at and past 16, with tails.
+TEST(RmsNorm, Avx512RowEqualsThePortableOrder) {
+  if (cpu_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512F on this CPU or under the cap";
+  at::manual_seed(4);
+  // 64 rows per length, magnitudes spread over e^(+-9) within a row. (The
+  // sum's order in double rarely shows after the mean's rounding to float;
+  // the scale and the products are what this compares.)
+  for (int64_t trial = 0; trial < 6 * 64; ++trial) {
+    const int64_t n = std::vector<int64_t>{1, 7, 16, 17, 576, 2049}[trial / 64];
+    const at::Tensor x = at::randn({n}) * at::exp(at::randn({n}) * 3), w = at::randn({n});
+    const float* xp = x.const_data_ptr<float>();
+    const float* wp = w.const_data_ptr<float>();
+    std::vector<float> got(n), want(n);
+    ASSERT_TRUE(cpu::rms_norm_row_avx512(xp, wp, n, 1e-5f, got.data()));
+    const float scale = cpu::rms_scale(cpu::sum_of_squares_portable(xp, n), n, 1e-5f);
+    for (int64_t j = 0; j < n; ++j) want[j] = wp[j] * (xp[j] * scale);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(float))) << "n = " << n;
+  }
+}
+
 TEST(RmsNorm, RowResultIndependentOfBatch) {
   at::manual_seed(1);
   const at::Tensor x = at::randn({40, 576});
@@ -48,9 +74,14 @@ TEST(RmsNorm, RowResultIndependentOfBatch) {
   }
 }
 
-TEST(RopeRotate, EqualsTheTensorExpressionBitForBit) {
+// Head sizes: the model's 64 (16-lane steps with no tail), 40 (the AVX-512
+// path's masked tail of 4) and 6 (fewer lanes than one register).
+class RopeRotate : public ::testing::TestWithParam<int64_t> {};
+INSTANTIATE_TEST_SUITE_P(HeadSizes, RopeRotate, ::testing::Values(64, 40, 6));
+
+TEST_P(RopeRotate, EqualsTheTensorExpressionBitForBit) {
   at::manual_seed(2);
-  const int64_t rows = 5, h = 9, hkv = 3, d = 64;
+  const int64_t rows = 5, h = 9, hkv = 3, d = GetParam();
   // A fused qkv output: q and k heads are rotated in place, v is left alone.
   const at::Tensor qkv = at::randn({rows, h + 2 * hkv, d});
   const at::Tensor angles = at::randn({rows, d}) * 10;

@@ -1,0 +1,102 @@
+// AVX-512 rows of RMSNorm and the rotary embedding (rowwise.h), 16 lanes at a
+// time with the portable loops' bits: the same sum order
+// (sum_of_squares_portable's partials are this file's two registers of 8
+// doubles), and element-wise products and sums that round as the scalar code
+// writes them (no fused multiply-add: -ffp-contract=off, kernels/CMakeLists.txt).
+#include "kernels/rowwise.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+
+// GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
+// masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace snapserve::kernels::cpu {
+
+namespace {
+
+#define SNAPSERVE_AVX512F __attribute__((target("avx512f")))
+
+SNAPSERVE_AVX512F inline __mmask16 first_lanes(int64_t count) {
+  return count >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << count) - 1);
+}
+
+// Partials j (lanes of lo) and j + 8 (lanes of hi), then the portable tree.
+SNAPSERVE_AVX512F double sum_of_squares(const float* x, int64_t n) {
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512d a = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+    const __m512d b = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+    lo = _mm512_add_pd(lo, _mm512_mul_pd(a, a));
+    hi = _mm512_add_pd(hi, _mm512_mul_pd(b, b));
+  }
+  double tail = 0.0;
+  for (; i < n; ++i) tail += static_cast<double>(x[i]) * x[i];
+  const __m512d c = _mm512_add_pd(lo, hi);                    // p[j] + p[j + 8]
+  const __m256d d = _mm256_add_pd(_mm512_castpd512_pd256(c),  // c[k] + c[k + 4]
+                                  _mm512_extractf64x4_pd(c, 1));
+  const __m128d e = _mm_add_pd(_mm256_castpd256_pd128(d),  // d[k] + d[k + 2]
+                               _mm256_extractf128_pd(d, 1));
+  return (_mm_cvtsd_f64(e) + _mm_cvtsd_f64(_mm_unpackhi_pd(e, e))) + tail;
+}
+
+// -v exactly (the sign bit flipped; AVX512F has no float xor).
+SNAPSERVE_AVX512F inline __m512 negate(__m512 v, __m512i sign) {
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign));
+}
+
+}  // namespace
+
+SNAPSERVE_AVX512F bool rms_norm_row_avx512(const float* x, const float* w, int64_t n, float eps,
+                                           float* out) {
+  const __m512 scale = _mm512_set1_ps(rms_scale(sum_of_squares(x, n), n, eps));
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = first_lanes(n - j);
+    const __m512 scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), scale);
+    _mm512_mask_storeu_ps(out + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, w + j), scaled));
+  }
+  return true;
+}
+
+// x[i] * cos[i] + (-x[i + half]) * sin[i] and x[i + half] * cos[i + half] +
+// x[i] * sin[i + half], each product rounded, then the sum.
+SNAPSERVE_AVX512F bool rope_rotate_row_avx512(float* x, int64_t heads, int64_t head_stride,
+                                              int64_t d, const float* cos, const float* sin) {
+  const int64_t half = d / 2;
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = x + h * head_stride;
+    for (int64_t i = 0; i < half; i += 16) {
+      const __mmask16 k = first_lanes(half - i);  // lo and hi lanes never overlap
+      const __m512 lo = _mm512_maskz_loadu_ps(k, v + i);
+      const __m512 hi = _mm512_maskz_loadu_ps(k, v + i + half);
+      const __m512 new_lo =
+          _mm512_add_ps(_mm512_mul_ps(lo, _mm512_maskz_loadu_ps(k, cos + i)),
+                        _mm512_mul_ps(negate(hi, sign), _mm512_maskz_loadu_ps(k, sin + i)));
+      const __m512 new_hi =
+          _mm512_add_ps(_mm512_mul_ps(hi, _mm512_maskz_loadu_ps(k, cos + i + half)),
+                        _mm512_mul_ps(lo, _mm512_maskz_loadu_ps(k, sin + i + half)));
+      _mm512_mask_storeu_ps(v + i, k, new_lo);
+      _mm512_mask_storeu_ps(v + i + half, k, new_hi);
+    }
+  }
+  return true;
+}
+
+}  // namespace snapserve::kernels::cpu
+
+#else  // not x86-64: cpu_isa() is always kPortable, these are never called
+
+namespace snapserve::kernels::cpu {
+bool rms_norm_row_avx512(const float*, const float*, int64_t, float, float*) { return false; }
+bool rope_rotate_row_avx512(float*, int64_t, int64_t, int64_t, const float*, const float*) {
+  return false;
+}
+}  // namespace snapserve::kernels::cpu
+
+#endif

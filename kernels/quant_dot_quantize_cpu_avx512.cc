@@ -15,18 +15,11 @@
 #include "kernels/quant_dot_cpu_block.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
-// GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
-// masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "kernels/avx512_intrinsics.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
-
-#define SNAPSERVE_AVX512F __attribute__((target("avx512f")))
 
 constexpr int kTogether = 16;  // blocks per tree: one per lane of the result
 
@@ -65,7 +58,7 @@ SNAPSERVE_AVX512F inline void fold_level(__m512* v, Op op) {
   const __m512i lo = _mm512_load_si512(kTreeIndex.lanes[kLevel][0]);
   const __m512i hi = _mm512_load_si512(kTreeIndex.lanes[kLevel][1]);
 #pragma GCC unroll 8
-  for (int i = 0; i < (kTogether >> kLevel) / 2; ++i) {
+  for (int64_t i = 0; i < (kTogether >> kLevel) / 2; ++i) {
     v[i] = fold_ps(v[2 * i], v[2 * i + 1], lo, hi, op);
   }
 }
@@ -121,13 +114,13 @@ SNAPSERVE_AVX512F inline void scales(__m512 amax, __m512* scale, __m512* inv) {
 SNAPSERVE_AVX512F void quantize_16_blocks(const float* x, int8_t* q, float* d, float* s) {
   __m512 v[kTogether];
 #pragma GCC unroll 16
-  for (int j = 0; j < kTogether; ++j) v[j] = abs_max_partials(x + j * kDotBlock);
+  for (int64_t j = 0; j < kTogether; ++j) v[j] = abs_max_partials(x + j * kDotBlock);
   __m512 scale, inv;
   scales(reduce_16(v, MaxOp{}), &scale, &inv);
   alignas(64) float invs[kTogether];
   _mm512_store_ps(invs, inv);
 #pragma GCC unroll 16
-  for (int j = 0; j < kTogether; ++j) {
+  for (int64_t j = 0; j < kTogether; ++j) {
     v[j] = _mm512_castsi512_ps(
         quantize_block(x + j * kDotBlock, _mm512_set1_ps(invs[j]), q + j * kDotBlock));
   }

@@ -6,20 +6,11 @@
 #include "kernels/rowwise.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
-#include <algorithm>
-
-// GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
-// masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "kernels/avx512_intrinsics.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
-
-#define SNAPSERVE_AVX512F __attribute__((target("avx512f")))
 
 SNAPSERVE_AVX512F inline __mmask16 first_lanes(int64_t count) {
   return count >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << count) - 1);

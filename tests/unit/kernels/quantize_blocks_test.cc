@@ -7,9 +7,9 @@
 // (round half to even).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -42,7 +42,7 @@ Quantized Avx512(const std::vector<float>& x) {
   return r;
 }
 
-bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool SameBits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
 
 void ExpectSame(const std::vector<float>& x) {
   const Quantized want = Portable(x), got = Avx512(x);
@@ -92,7 +92,7 @@ TEST_F(QuantizeBlocksAvx512, EqualsPortableOnZeroBlocks) {
 
 TEST_F(QuantizeBlocksAvx512, EqualsPortableOnHalfwayValues) {
   // amax 127 gives scale 1 and inv 1: x = k + 0.5 must round to even.
-  std::vector<float> x(20 * kBlock);
+  std::vector<float> x(static_cast<size_t>(20) * kBlock);
   for (size_t i = 0; i < x.size(); ++i) {
     const int j = static_cast<int>(i % kBlock);
     x[i] = j == 0 ? 127.0f : static_cast<float>(j - 16) * ((i / kBlock) % 2 ? 1.0f : -1.0f) + 0.5f;

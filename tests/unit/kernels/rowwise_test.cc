@@ -51,8 +51,9 @@ TEST(RmsNorm, Avx512RowEqualsThePortableOrder) {
   // 64 rows per length, magnitudes spread over e^(+-9) within a row. (The
   // sum's order in double rarely shows after the mean's rounding to float;
   // the scale and the products are what this compares.)
-  for (int64_t trial = 0; trial < 6 * 64; ++trial) {
-    const int64_t n = std::vector<int64_t>{1, 7, 16, 17, 576, 2049}[trial / 64];
+  const std::vector<int64_t> lengths = {1, 7, 16, 17, 576, 2049};
+  for (int64_t trial = 0; trial < static_cast<int64_t>(lengths.size()) * 64; ++trial) {
+    const int64_t n = lengths[trial / 64];
     const at::Tensor x = at::randn({n}) * at::exp(at::randn({n}) * 3), w = at::randn({n});
     const float* xp = x.const_data_ptr<float>();
     const float* wp = w.const_data_ptr<float>();

@@ -11,16 +11,11 @@
 #include "kernels/linear_cpu_tiles.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "kernels/avx512_intrinsics.h"
 
 #include <algorithm>
 
-// GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
-// masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-// After the pragmas: its shuffles are such uses.
+// After avx512_intrinsics.h, whose pragmas cover its shuffles.
 #include "kernels/simd_sums.h"
 
 namespace snapserve::kernels::cpu {

@@ -11,14 +11,9 @@
 #include "kernels/paged_attention_cpu_block.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "kernels/avx512_intrinsics.h"
 
 #include <algorithm>
-
-// GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
-// masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "kernels/paged_attention_cpu_rows.h"
 #include "kernels/paged_attention_cpu_softmax.h"

@@ -16,18 +16,13 @@
 #include "kernels/prefill_attention.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "kernels/avx512_intrinsics.h"
 
 #include <algorithm>
 #include <cstddef>
 #include <vector>
 
 #include "kernels/prefill_attention_cpu_common.h"
-
-// GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
-// masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace snapserve::kernels::cpu {
 

@@ -8,15 +8,10 @@
 #include "kernels/prefill_gemm_int8.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "kernels/avx512_intrinsics.h"
 
 #include <algorithm>
 #include <cstring>
-
-// GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
-// masked builtins, which -W(maybe-)uninitialized reports at every inlined use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace snapserve::kernels::cpu {
 

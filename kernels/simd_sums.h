@@ -2,8 +2,8 @@
 // attention), one definition of each tree. Internal to kernels/.
 //
 // GCC 12 reports the AVX-512 shuffles below as -W(maybe-)uninitialized uses
-// where they are inlined (see linear_cpu_avx512.cc): a file that calls the
-// AVX-512 sums includes this after silencing those warnings.
+// where they are inlined (kernels/avx512_intrinsics.h): a file that calls the
+// AVX-512 sums includes this after that header, which silences them.
 #pragma once
 
 namespace snapserve::kernels::simd {

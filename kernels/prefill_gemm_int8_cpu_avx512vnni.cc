@@ -72,15 +72,25 @@ SNAPSERVE_VNNI inline __m512 load_halves(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Block b's float steps (prefill_gemm_int8.h), in block order.
-template <int64_t kRows>
+// Block b's float steps (prefill_gemm_int8.h), in block order. kBiased:
+// the type's small integers were made unsigned by a bias (Q4_0, Q5_0, Q8_0;
+// m is 0), so the offset is -bias * d; else (Q4_1, Q5_1) it is m as stored.
+template <int64_t kRows, bool kBiased>
 SNAPSERVE_VNNI inline void block_terms(const PanelActivations& x, const uint16_t* sc,
                                        __m512 neg_bias, int64_t blocks, int64_t i0, int64_t b,
                                        const __m512i (&sum)[kRows][2], __m512 (&acc)[kRows][2]) {
   const __m512 scale0 = load_halves(sc), scale1 = load_halves(sc + 16);
-  // m - bias * d: one of the two terms is 0 and the product is exact.
-  const __m512 off0 = _mm512_fmadd_ps(scale0, neg_bias, load_halves(sc + 32));
-  const __m512 off1 = _mm512_fmadd_ps(scale1, neg_bias, load_halves(sc + 48));
+  // m - bias * d, the portable path's offset: one of the two terms is 0 and
+  // the product is exact. Without a bias it is m itself (m + d * -0.0f is m,
+  // the sign of a zero m included), which saves two FMAs per block.
+  __m512 off0, off1;
+  if constexpr (kBiased) {
+    off0 = _mm512_fmadd_ps(scale0, neg_bias, load_halves(sc + 32));
+    off1 = _mm512_fmadd_ps(scale1, neg_bias, load_halves(sc + 48));
+  } else {
+    off0 = load_halves(sc + 32);
+    off1 = load_halves(sc + 48);
+  }
 #pragma GCC unroll 8
   for (int64_t r = 0; r < kRows; ++r) {
     const int64_t xb = (i0 + r) * blocks + b;
@@ -99,7 +109,7 @@ SNAPSERVE_VNNI inline void block_terms(const PanelActivations& x, const uint16_t
 // float steps: at one or two rows a block alone is too little independent
 // work to hide vpdpbusd's latency. The float steps keep block order, so the
 // bits do not depend on kRows or kStep.
-template <int64_t kRows, int64_t kStep, bool kNibbles>
+template <int64_t kRows, int64_t kStep, bool kNibbles, bool kBiased>
 SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const uint16_t* scales,
                          float bias, int64_t blocks, int64_t i0, float* out, int64_t ldo,
                          int64_t cols, bool accumulate) {
@@ -129,14 +139,14 @@ SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const 
     }
 #pragma GCC unroll 8
     for (int64_t s = 0; s < kStep; ++s) {
-      block_terms<kRows>(x, scales + (b + s) * 2 * kPanelRows, neg_bias, blocks, i0, b + s, sum[s],
-                         acc);
+      block_terms<kRows, kBiased>(x, scales + (b + s) * 2 * kPanelRows, neg_bias, blocks, i0, b + s,
+                                  sum[s], acc);
     }
   }
   for (; b < blocks; ++b) {
     __m512i sum[kRows][2];
     block_sums<kRows, kNibbles>(x, bytes + b * kBlockBytes, i0, b, sum);
-    block_terms<kRows>(x, scales + b * 2 * kPanelRows, neg_bias, blocks, i0, b, sum, acc);
+    block_terms<kRows, kBiased>(x, scales + b * 2 * kPanelRows, neg_bias, blocks, i0, b, sum, acc);
   }
   const __mmask16 m0 = cols >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << cols) - 1);
   const __mmask16 m1 =
@@ -157,7 +167,7 @@ SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const 
 
 namespace {
 
-template <bool kNibbles>
+template <bool kNibbles, bool kBiased>
 SNAPSERVE_VNNI void panels(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
                            int64_t p_end, float* out, int64_t ldo, bool accumulate) {
   const uint8_t* bytes = w.bytes.const_data_ptr<uint8_t>();
@@ -169,13 +179,15 @@ SNAPSERVE_VNNI void panels(const PanelActivations& x, const Int8Panels& w, int64
     float* po = out + p * kPanelRows;
     int64_t i = 0;
     for (; i + kTileRows <= x.m; i += kTileRows) {
-      tile<kTileRows, 1, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols, accumulate);
+      tile<kTileRows, 1, kNibbles, kBiased>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols,
+                                            accumulate);
     }
     if (x.m - i >= 2) {
-      tile<2, 2, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols, accumulate);
+      tile<2, 2, kNibbles, kBiased>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols, accumulate);
       i += 2;
     }
-    if (i < x.m) tile<1, 4, kNibbles>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols, accumulate);
+    if (i < x.m)
+      tile<1, 4, kNibbles, kBiased>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols, accumulate);
   }
 }
 
@@ -183,10 +195,13 @@ SNAPSERVE_VNNI void panels(const PanelActivations& x, const Int8Panels& w, int64
 
 bool int8_panels_avx512vnni(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
                             int64_t p_end, float* out, int64_t ldo, bool accumulate) {
+  const bool biased = w.bias != 0.0f;
   if (w.nibbles) {
-    panels<true>(x, w, p_begin, p_end, out, ldo, accumulate);
+    biased ? panels<true, true>(x, w, p_begin, p_end, out, ldo, accumulate)
+           : panels<true, false>(x, w, p_begin, p_end, out, ldo, accumulate);
   } else {
-    panels<false>(x, w, p_begin, p_end, out, ldo, accumulate);
+    biased ? panels<false, true>(x, w, p_begin, p_end, out, ldo, accumulate)
+           : panels<false, false>(x, w, p_begin, p_end, out, ldo, accumulate);
   }
   return true;
 }

@@ -1,5 +1,6 @@
-"""Benchmark: W2 (prefill of a 2,048-token prompt) of snapserve and vLLM-CPU
-with the requests interleaved, so that both servers see the same machine.
+"""Benchmark: W2 (prefill of a 2,048-token prompt) or W3 (16 concurrent
+1,024-token prompts, 128 new tokens each) of snapserve and vLLM-CPU with the
+requests interleaved, so that both servers see the same machine.
 
 Why: the team's side-by-side harness (docs/testing-and-measuring.md,
 "Benchmarks": it lives outside the repository) runs one server after the
@@ -14,12 +15,16 @@ the next snapserve request ~1.5x slower in a first run without the wait).
 Each server's CPU time while the *other* one works is recorded, to show that
 neither disturbed the other.
 
-Requests: the harness's W2 prompt ($PEERS_DIR/prompts.json, "w2": 2,048
-token ids), one new token, greedy. vLLM gets them as token ids on
-/v1/completions (max_tokens 1, not streamed); snapserve on GenerateStream. A
-round's time is the client's wall time of the whole request, the same
-definition for both (W2 of the harness is 2,048 / TTFT; with one new token the
-two differ by the last token's delivery only).
+Requests (--workload): W2, the harness's W2 prompt ($PEERS_DIR/prompts.json,
+"w2": 2,048 token ids), one new token, greedy. W3, the harness's 16 W3
+prompts ("w3": 1,024 token ids each) sent at once, 128 new tokens each with
+EOS ignored, greedy; a round's figure is the aggregate, 2,048 tokens over the
+wall time from the first request sent to the last one answered, as the
+harness defines it. vLLM gets token ids on /v1/completions (not streamed);
+snapserve on GenerateStream. A round's time is the client's wall time of the
+whole request (or of all 16), the same definition for both (W2 of the harness
+is 2,048 / TTFT; with one new token the two differ by the last token's
+delivery only).
 
 vLLM is the harness's install ($PEERS_DIR/vllm-venv, the model in
 $PEERS_DIR/smollm2-hf, as that harness installs them); it runs with vLLM's own
@@ -27,7 +32,8 @@ documented CPU settings for 2 threads (VLLM_CPU_OMP_THREADS_BIND=0-1, 4 GiB KV
 space, prefix caching off, as the harness configures it). snapserve runs this
 build with the flags of --snap-args.
 
-  PEERS_DIR=/work/peers flock /tmp/cpu.lock .venv/bin/python bench/peers_interleaved.py
+  PEERS_DIR=/work/peers flock /tmp/cpu.lock .venv/bin/python bench/peers_interleaved.py \
+      [--workload w3 --rounds 7 --out peers_interleaved_w3.json]
 """
 import argparse
 import http.client
@@ -38,6 +44,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -46,6 +53,7 @@ from snapserve_testkit import free_port  # noqa: E402  (common put the repositor
 
 SNAP_ARGS = ("--quantized-dot=int8 --prefill-gemm=int8 --kv-cache-dtype=bfloat16 --block-size=64 "
              "--threads=2 --max-batch-size=16 --kv-cache-memory=2GiB")
+W3_NEW_TOKENS = 128  # per request, as the harness's W3
 VLLM_ENV = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "VLLM_CPU_KVCACHE_SPACE": "4",
             "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_HOST_IP": "127.0.0.1"}
 
@@ -53,6 +61,7 @@ VLLM_ENV = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "VLLM_CPU_KVCACHE_SP
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peers-dir", default=os.environ.get("PEERS_DIR", "/work/peers"))
+    ap.add_argument("--workload", choices=("w2", "w3"), default="w2")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--snap-args", default=SNAP_ARGS)
     ap.add_argument("--vllm-start-timeout", type=float, default=900)
@@ -126,8 +135,9 @@ class Vllm:
         self.stop()
         raise RuntimeError(f"vLLM did not serve within {timeout} s; see {log_path}")
 
-    def complete(self, ids):
-        body = json.dumps({"model": "smollm2", "prompt": ids, "max_tokens": 1, "temperature": 0.0})
+    def complete(self, ids, max_tokens=1):
+        body = json.dumps({"model": "smollm2", "prompt": ids, "max_tokens": max_tokens,
+                           "temperature": 0.0, "ignore_eos": True})
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=900)
         t0 = time.perf_counter()
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -138,6 +148,8 @@ class Vllm:
             raise RuntimeError(f"vLLM answered {resp.status}: {data}")
         if data["usage"]["prompt_tokens"] != len(ids):
             raise RuntimeError(f"vLLM saw {data['usage']['prompt_tokens']} prompt tokens")
+        if data["usage"]["completion_tokens"] != max_tokens:
+            raise RuntimeError(f"vLLM gave {data['usage']['completion_tokens']} tokens")
         return elapsed
 
     def stop(self):
@@ -150,14 +162,43 @@ class Vllm:
         self.log.close()
 
 
-def snap_request(server, ids, method):
+def snap_request(server, ids, method, max_new=1):
     capacity = 512 if method == "snapkv" else None
-    r = common.stream_one(server.stub, common.make_request(ids, 1, method=method, capacity=capacity))
+    r = common.stream_one(server.stub,
+                          common.make_request(ids, max_new, method=method, capacity=capacity))
     if r["error"] is not None:
         raise RuntimeError(f"snapserve: {r['error']}")
     if r["usage"].prompt_tokens != len(ids):
         raise RuntimeError(f"snapserve saw {r['usage'].prompt_tokens} prompt tokens")
+    if r["usage"].completion_tokens != max_new:
+        raise RuntimeError(f"snapserve gave {r['usage'].completion_tokens} tokens")
     return r["t1"] - r["t0"]
+
+
+def all_at_once(fn, prompts):
+    """Sends every prompt at once (one thread each, released together) and
+    returns the wall time from the first start to the last answer; a failed
+    request fails the run."""
+    starts, ends, errors = [None] * len(prompts), [None] * len(prompts), []
+    gate = threading.Barrier(len(prompts))
+
+    def go(i):
+        gate.wait()
+        starts[i] = time.perf_counter()
+        try:
+            fn(prompts[i])
+        except Exception as e:  # noqa: BLE001 - re-raised below, on the main thread
+            errors.append(e)
+        ends[i] = time.perf_counter()
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return max(ends) - min(starts)
 
 
 def main():
@@ -171,9 +212,18 @@ def main():
     try:
         with common.Server(shlex.split(args.snap_args), log_name="interleaved") as snap:
             pids = {"vllm": vllm.proc.pid, "snap": snap.proc.pid}
-            clients = {"vllm": lambda: vllm.complete(ids),
-                       "snap-none": lambda: snap_request(snap, ids, "none"),
-                       "snap-snapkv": lambda: snap_request(snap, ids, "snapkv")}
+            if args.workload == "w2":
+                clients = {"vllm": lambda: vllm.complete(ids),
+                           "snap-none": lambda: snap_request(snap, ids, "none"),
+                           "snap-snapkv": lambda: snap_request(snap, ids, "snapkv")}
+            else:
+                w3, new = prompts["w3"], W3_NEW_TOKENS
+                clients = {
+                    "vllm": lambda: all_at_once(lambda p: vllm.complete(p, new), w3),
+                    "snap-none": lambda: all_at_once(lambda p: snap_request(snap, p, "none", new),
+                                                     w3),
+                    "snap-snapkv": lambda: all_at_once(
+                        lambda p: snap_request(snap, p, "snapkv", new), w3)}
             vllm.complete(warm)  # first requests pay one-time costs
             snap_request(snap, warm, "none")
             for c in clients.values():
@@ -194,26 +244,34 @@ def main():
                 common.log(f"round {r + 1}: " + ", ".join(f"{n} {times[n][-1]:.3f} s" for n in names))
     finally:
         vllm.stop()
-    n = len(ids)
+    # W2: prompt tokens per second of one request; W3: generated tokens per
+    # second of the 16, as the harness reports them.
+    if args.workload == "w2":
+        n, rate = len(ids), "prefill_tok_s"
+        workload = "W2: 2,048-token prompt, 1 new token, greedy"
+        note = "servers up at once, one request at a time, rotating order"
+    else:
+        n, rate = len(prompts["w3"]) * W3_NEW_TOKENS, "agg_tok_s"
+        workload = "W3: 16 x 1,024-token prompts at once, 128 new tokens each, EOS ignored, greedy"
+        note = "servers up at once, one server's 16 requests at a time, rotating order"
     result = {}
     for name in names:
         result[name] = {"median_s": statistics.median(times[name]),
-                        "prefill_tok_s": n / statistics.median(times[name]), "runs_s": times[name]}
+                        rate: n / statistics.median(times[name]), "runs_s": times[name]}
     for name in ("snap-none", "snap-snapkv"):
         paired = [v / s for v, s in zip(times["vllm"], times[name])]
         result[name]["speedup_vs_vllm_paired_median"] = statistics.median(paired)
         result[name]["speedup_vs_vllm_paired_min_max"] = [min(paired), max(paired)]
-        common.log(f"{name}: {result[name]['prefill_tok_s']:.0f} tok/s, vLLM "
-                   f"{result['vllm']['prefill_tok_s']:.0f} tok/s: paired median "
+        common.log(f"{name}: {result[name][rate]:.0f} tok/s, vLLM "
+                   f"{result['vllm'][rate]:.0f} tok/s: paired median "
                    f"{result[name]['speedup_vs_vllm_paired_median']:.3f}x")
     # Each server's busy wall time, against which the other's CPU is set.
     total = {"vllm": sum(times["vllm"]),
              "snap": sum(times["snap-none"]) + sum(times["snap-snapkv"])}
     common.write_json(args.out, dict(
         benchmark="peers_interleaved",
-        config=dict(workload="W2: 2,048-token prompt, 1 new token, greedy", rounds=args.rounds,
-                    snap_args=args.snap_args, vllm_env=VLLM_ENV, statistic="median of rounds",
-                    note="servers up at once, one request at a time, rotating order"),
+        config=dict(workload=workload, rounds=args.rounds, snap_args=args.snap_args,
+                    vllm_env=VLLM_ENV, statistic="median of rounds", note=note),
         machine=machine, results=result,
         idle_cpu_seconds={k: dict(cpu_s=v, share_of_other_wall=v / total["snap" if k == "vllm"
                                                                           else "vllm"])

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "engine/common/bounded_text.h"
+#include "engine/common/reusing_cpu_allocator.h"
 #include "engine/compress/snapkv_policy.h"
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/model/gguf_file.h"
@@ -152,6 +153,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   });
   loader.join();
   if (!loaded.ok()) return loaded;
+  // From here on, steps' large buffers are reused between steps instead of
+  // being faulted in anew (engine/common/reusing_cpu_allocator.h).
+  InstallReusingCpuAllocator();
   const model::ModelConfig& mc = impl->model->config();
 
   // Server defaults must be valid on their own (an empty request takes them all).

@@ -1,0 +1,120 @@
+#include "engine/common/reusing_cpu_allocator.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <sys/mman.h>
+
+#include <map>
+#include <mutex>
+
+namespace snapserve {
+
+namespace {
+
+// Sizes are rounded up to this so that a step's buffers of nearly equal
+// sizes share blocks.
+constexpr size_t kGranularity = size_t{64} << 10;
+
+// One mapped block: its address and its mapped size (which may exceed the
+// size asked for).
+struct Block {
+  void* data;
+  size_t bytes;
+};
+
+class ReusingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit ReusingCpuAllocator(c10::Allocator* fallback) : fallback_(fallback) {}
+
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (nbytes < kMinCachedBytes) return fallback_->allocate(nbytes);
+    const size_t want = (nbytes + kGranularity - 1) / kGranularity * kGranularity;
+    Block block{nullptr, 0};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.lower_bound(want);
+      if (it != free_.end() && it->first <= want + want / 4) {
+        block = {it->second, it->first};
+        cached_bytes_ -= it->first;
+        free_.erase(it);
+      }
+    }
+    if (block.data == nullptr) {
+      void* p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      // Out of address space or memory: the default allocator reports it
+      // the way LibTorch always has.
+      if (p == MAP_FAILED) return fallback_->allocate(nbytes);
+      block = {p, want};
+    }
+    return {block.data, new Block(block), &Free, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  size_t Release() {
+    std::multimap<size_t, void*> blocks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      blocks.swap(free_);
+      cached_bytes_ = 0;
+    }
+    size_t bytes = 0;
+    for (const auto& [size, data] : blocks) {
+      munmap(data, size);
+      bytes += size;
+    }
+    return bytes;
+  }
+
+  size_t Cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_bytes_;
+  }
+
+ private:
+  static void Free(void* ctx);
+
+  c10::Allocator* fallback_;
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;  // by size, for best fit
+  size_t cached_bytes_ = 0;
+};
+
+// Never destroyed: tensors may be freed during static destruction.
+ReusingCpuAllocator* Instance() {
+  static auto* instance = new ReusingCpuAllocator(c10::GetDefaultCPUAllocator());
+  return instance;
+}
+
+void ReusingCpuAllocator::Free(void* ctx) {
+  const Block* block = static_cast<const Block*>(ctx);
+  ReusingCpuAllocator* self = Instance();
+  bool kept = false;
+  {
+    std::lock_guard<std::mutex> lock(self->mu_);
+    if (self->cached_bytes_ + block->bytes <= kMaxCachedBytes) {
+      self->free_.emplace(block->bytes, block->data);
+      self->cached_bytes_ += block->bytes;
+      kept = true;
+    }
+  }
+  if (!kept) munmap(block->data, block->bytes);
+  delete block;
+}
+
+}  // namespace
+
+void InstallReusingCpuAllocator() {
+  static std::once_flag once;
+  // Priority 1: above the default CPU allocator's registration.
+  std::call_once(once, [] { c10::SetCPUAllocator(Instance(), /*priority=*/1); });
+}
+
+size_t ReleaseCachedCpuBuffers() { return Instance()->Release(); }
+
+size_t CachedCpuBufferBytes() { return Instance()->Cached(); }
+
+}  // namespace snapserve

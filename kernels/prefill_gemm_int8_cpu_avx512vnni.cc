@@ -186,8 +186,9 @@ SNAPSERVE_VNNI void panels(const PanelActivations& x, const Int8Panels& w, int64
       tile<2, 2, kNibbles, kBiased>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols, accumulate);
       i += 2;
     }
-    if (i < x.m)
+    if (i < x.m) {
       tile<1, 4, kNibbles, kBiased>(x, pb, ps, w.bias, w.blocks, i, po, ldo, cols, accumulate);
+    }
   }
 }
 

@@ -31,8 +31,9 @@ inline constexpr size_t kMinCachedBytes = size_t{1} << 20;
 inline constexpr size_t kMaxCachedBytes = size_t{512} << 20;
 
 // Makes the reusing allocator LibTorch's CPU allocator (once; later calls do
-// nothing). Tensors allocated before keep their own deleters, so it may be
-// installed after the model has loaded.
+// nothing; in AddressSanitizer builds never, so that ASan keeps checking
+// large buffers). Tensors allocated before keep their own deleters, so it
+// may be installed after the model has loaded.
 void InstallReusingCpuAllocator();
 
 // Unmaps every cached free block. Returns the bytes given back.

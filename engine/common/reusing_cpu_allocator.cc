@@ -5,6 +5,7 @@
 
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 namespace snapserve {
 
@@ -20,6 +21,8 @@ struct Block {
   void* data;
   size_t bytes;
 };
+
+c10::DeleterFnPtr fallback_deleter = nullptr;  // the default allocator's raw deleter
 
 class ReusingCpuAllocator final : public c10::Allocator {
  public:
@@ -45,10 +48,18 @@ class ReusingCpuAllocator final : public c10::Allocator {
       if (p == MAP_FAILED) return fallback_->allocate(nbytes);
       block = {p, want};
     }
-    return {block.data, new Block(block), &Free, c10::Device(c10::DeviceType::CPU)};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.emplace(block.data, block.bytes);
+    }
+    // The context is the address itself, as LibTorch's raw_allocate and
+    // raw_deallocate (used by oneDNN's GEMMs) require.
+    return {block.data, block.data, &Free, c10::Device(c10::DeviceType::CPU)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  // Also frees what the default allocator handed out below kMinCachedBytes
+  // when it comes back through raw_deallocate.
+  c10::DeleterFnPtr raw_deleter() const override { return &Free; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
@@ -79,30 +90,43 @@ class ReusingCpuAllocator final : public c10::Allocator {
 
   c10::Allocator* fallback_;
   std::mutex mu_;
-  std::multimap<size_t, void*> free_;  // by size, for best fit
+  std::unordered_map<void*, size_t> live_;  // mapped blocks in use, by address
+  std::multimap<size_t, void*> free_;       // cached blocks by size, for best fit
   size_t cached_bytes_ = 0;
 };
 
 // Never destroyed: tensors may be freed during static destruction.
 ReusingCpuAllocator* Instance() {
-  static auto* instance = new ReusingCpuAllocator(c10::GetDefaultCPUAllocator());
+  static auto* instance = [] {
+    c10::Allocator* fallback = c10::GetDefaultCPUAllocator();
+    fallback_deleter = fallback->raw_deleter();
+    return new ReusingCpuAllocator(fallback);
+  }();
   return instance;
 }
 
-void ReusingCpuAllocator::Free(void* ctx) {
-  const Block* block = static_cast<const Block*>(ctx);
+void ReusingCpuAllocator::Free(void* data) {
   ReusingCpuAllocator* self = Instance();
+  size_t bytes = 0;
   bool kept = false;
   {
     std::lock_guard<std::mutex> lock(self->mu_);
-    if (self->cached_bytes_ + block->bytes <= kMaxCachedBytes) {
-      self->free_.emplace(block->bytes, block->data);
-      self->cached_bytes_ += block->bytes;
-      kept = true;
+    auto it = self->live_.find(data);
+    if (it != self->live_.end()) {
+      bytes = it->second;
+      self->live_.erase(it);
+      if (self->cached_bytes_ + bytes <= kMaxCachedBytes) {
+        self->free_.emplace(bytes, data);
+        self->cached_bytes_ += bytes;
+        kept = true;
+      }
     }
   }
-  if (!kept) munmap(block->data, block->bytes);
-  delete block;
+  if (bytes == 0) {
+    fallback_deleter(data);  // not ours: a small buffer of the default allocator
+  } else if (!kept) {
+    munmap(data, bytes);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "engine/common/reusing_cpu_allocator.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -44,6 +45,22 @@ TEST_F(ReusingCpuAllocatorTest, ReusedMemoryKeepsWhatWasWrittenLast) {
   a.fill_(3.0f);
   a.fill_(7.0f);
   EXPECT_TRUE(at::all(a == 7.0f).item<bool>());
+}
+
+// oneDNN's GEMMs allocate through raw_allocate / raw_deallocate, which
+// need the address itself as the context and a raw deleter for every size.
+TEST_F(ReusingCpuAllocatorTest, RawAllocationsOfEverySizeComeBack) {
+  c10::Allocator* a = c10::GetCPUAllocator();
+  void* big = a->raw_allocate(size_t{3} << 20);
+  void* small = a->raw_allocate(4096);
+  ASSERT_NE(big, nullptr);
+  ASSERT_NE(small, nullptr);
+  a->raw_deallocate(small);
+  EXPECT_EQ(CachedCpuBufferBytes(), 0u);
+  a->raw_deallocate(big);
+  EXPECT_EQ(CachedCpuBufferBytes(), size_t{3} << 20);
+  EXPECT_EQ(a->raw_allocate(size_t{3} << 20), big);
+  a->raw_deallocate(big);
 }
 
 TEST_F(ReusingCpuAllocatorTest, SmallBuffersStayWithTheDefaultAllocator) {

@@ -15,15 +15,6 @@ namespace {
 // sizes share blocks.
 constexpr size_t kGranularity = size_t{64} << 10;
 
-// One mapped block: its address and its mapped size (which may exceed the
-// size asked for).
-struct Block {
-  void* data;
-  size_t bytes;
-};
-
-c10::DeleterFnPtr fallback_deleter = nullptr;  // the default allocator's raw deleter
-
 class ReusingCpuAllocator final : public c10::Allocator {
  public:
   explicit ReusingCpuAllocator(c10::Allocator* fallback) : fallback_(fallback) {}
@@ -31,30 +22,18 @@ class ReusingCpuAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     if (nbytes < kMinCachedBytes) return fallback_->allocate(nbytes);
     const size_t want = (nbytes + kGranularity - 1) / kGranularity * kGranularity;
-    Block block{nullptr, 0};
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.lower_bound(want);
-      if (it != free_.end() && it->first <= want + want / 4) {
-        block = {it->second, it->first};
-        cached_bytes_ -= it->first;
-        free_.erase(it);
-      }
-    }
-    if (block.data == nullptr) {
-      void* p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* data = TakeCached(want);
+    if (data == nullptr) {
+      data = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       // Out of address space or memory: the default allocator reports it
       // the way LibTorch always has.
-      if (p == MAP_FAILED) return fallback_->allocate(nbytes);
-      block = {p, want};
-    }
-    {
+      if (data == MAP_FAILED) return fallback_->allocate(nbytes);
       std::lock_guard<std::mutex> lock(mu_);
-      live_.emplace(block.data, block.bytes);
+      live_.emplace(data, want);
     }
     // The context is the address itself, as LibTorch's raw_allocate and
     // raw_deallocate (used by oneDNN's GEMMs) require.
-    return {block.data, block.data, &Free, c10::Device(c10::DeviceType::CPU)};
+    return {data, data, &Free, c10::Device(c10::DeviceType::CPU)};
   }
 
   // Also frees what the default allocator handed out below kMinCachedBytes
@@ -88,6 +67,19 @@ class ReusingCpuAllocator final : public c10::Allocator {
  private:
   static void Free(void* ctx);
 
+  // The smallest cached block of at least `want` bytes and at most a quarter
+  // more, moved to the live blocks; nullptr when none fits.
+  void* TakeCached(size_t want) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.lower_bound(want);
+    if (it == free_.end() || it->first > want + want / 4) return nullptr;
+    void* data = it->second;
+    cached_bytes_ -= it->first;
+    live_.emplace(data, it->first);
+    free_.erase(it);
+    return data;
+  }
+
   c10::Allocator* fallback_;
   std::mutex mu_;
   std::unordered_map<void*, size_t> live_;  // mapped blocks in use, by address
@@ -97,11 +89,7 @@ class ReusingCpuAllocator final : public c10::Allocator {
 
 // Never destroyed: tensors may be freed during static destruction.
 ReusingCpuAllocator* Instance() {
-  static auto* instance = [] {
-    c10::Allocator* fallback = c10::GetDefaultCPUAllocator();
-    fallback_deleter = fallback->raw_deleter();
-    return new ReusingCpuAllocator(fallback);
-  }();
+  static auto* instance = new ReusingCpuAllocator(c10::GetDefaultCPUAllocator());
   return instance;
 }
 
@@ -123,7 +111,7 @@ void ReusingCpuAllocator::Free(void* data) {
     }
   }
   if (bytes == 0) {
-    fallback_deleter(data);  // not ours: a small buffer of the default allocator
+    self->fallback_->raw_deleter()(data);  // not ours: a small buffer of the default allocator
   } else if (!kept) {
     munmap(data, bytes);
   }

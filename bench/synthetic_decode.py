@@ -67,6 +67,8 @@ def parse_args(argv=None):
     ap.add_argument("--batch-steps", type=int, default=8, help="batch-16 steps per run")
     ap.add_argument("--quantized-dot", choices=["exact", "int8"], default="exact",
                     help="how decode multiplies GGUF blocks (the server's --quantized-dot)")
+    ap.add_argument("--decode-dot", choices=["float32", "bfloat16"], default="float32",
+                    help="how decode multiplies bf16 weights (the server's --decode-dot)")
     ap.add_argument("--profile", default="", metavar="PRESETS",
                     help="for these presets (comma-separated), also print on stderr the kernels "
                          "of short batch-1 and batch-16 decode runs and their time per step "
@@ -192,6 +194,8 @@ def main():
         dtype = DTYPE_OF_FORMAT.get(fmt, "float32")
         if args.quantized_dot == "int8" and fmt not in DTYPE_OF_FORMAT:
             dtype += ":int8"
+        if args.decode_dot == "bfloat16" and fmt == "bf16":
+            dtype += ":bf16dot"
         common.log(f"{spec} ({dtype}, {args.threads} threads)")
         child = [a for a in sys.argv[1:] if not a.startswith("--child")]
         proc = subprocess.run([sys.executable, __file__, *child, "--child", f"{spec}|{dtype}"],
@@ -218,7 +222,7 @@ def main():
                     prefill_tokens=args.prefill_tokens, prompt_tokens=args.prompt_tokens,
                     decode_steps=args.decode_steps, batch=BATCH, batch_prompt=args.batch_prompt,
                     batch_steps=args.batch_steps, quick=args.quick, full=args.full,
-                    quantized_dot=args.quantized_dot,
+                    quantized_dot=args.quantized_dot, decode_dot=args.decode_dot,
                     omp_wait_policy=child_env()["OMP_WAIT_POLICY"],
                     note="random weights and random token ids; forward pass only (torch ops, "
                          "DenseKvStore, --device); numbers from a shared, noisy machine are "

@@ -20,6 +20,7 @@
 #include "engine/scheduler/model_executor.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/cpu_isa.h"
 
 namespace snapserve::engine {
 namespace {
@@ -138,6 +139,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
         // Its repacked matrices (int8 panels, bfloat16 copies) are made here
         // too, for the same reason.
         impl->model->set_prefill_gemm(options.prefill_gemm);
+        impl->model->set_decode_dot(options.decode_dot);
+        if (options.decode_dot == DecodeDot::kBFloat16) {
+          log("--decode-dot=bfloat16: bfloat16 dot products at decode on " +
+              std::to_string(impl->model->bf16_dot_matrices()) + " dense bfloat16 matrices (" +
+              (kernels::has_avx512_bf16() ? "vdpbf16ps" : "emulated: this CPU lacks AVX512_BF16") +
+              "); GGUF blocks keep --quantized-dot");
+        }
         if (const int64_t copy = impl->model->repacked_bytes(); copy > 0) {
           log(std::string("layers' matrices repacked for --prefill-gemm=") +
               prefill_gemm_name(options.prefill_gemm) + " --quantized-dot=" +

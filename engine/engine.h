@@ -41,6 +41,10 @@ struct EngineOptions {
   // The GEMM of prompt chunks on CPU: float32 (the decoded model's numbers)
   // or bfloat16 (about 4x faster on AVX512_BF16 CPUs; kernels/linear.h).
   PrefillGemm prefill_gemm = PrefillGemm::kFloat32;
+  // Decode-sized batches on bfloat16 weights (CPU, --dtype=bfloat16):
+  // float32 activations (weight-only bfloat16) or bfloat16 dot products
+  // (kernels/decode_dot.h).
+  DecodeDot decode_dot = DecodeDot::kFloat32;
   int threads = 0;  // intra-op threads; 0: LibTorch's default
 
   int64_t kv_cache_memory_bytes = int64_t{2} << 30;

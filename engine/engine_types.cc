@@ -62,6 +62,16 @@ const char* prefill_gemm_name(PrefillGemm gemm) {
   return "unknown";
 }
 
+const char* decode_dot_name(DecodeDot dot) {
+  switch (dot) {
+    case DecodeDot::kFloat32:
+      return "float32";
+    case DecodeDot::kBFloat16:
+      return "bfloat16";
+  }
+  return "unknown";
+}
+
 std::string device_name(const Device& device) {
   if (!device.is_cuda()) return "cpu";
   return device.index < 0 ? "cuda" : "cuda:" + std::to_string(device.index);

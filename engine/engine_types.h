@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "kernels/decode_dot.h"
 #include "kernels/prefill_gemm.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/snapkv_select.h"
@@ -30,6 +31,7 @@ using KvPooling = kernels::PoolingKind;
 // (exact decoding, or int8 block dot products).
 using QuantDot = kernels::QuantDot;
 using PrefillGemm = kernels::PrefillGemm;
+using DecodeDot = kernels::DecodeDot;
 
 // A tensor element type: the model's weights and compute, the KV cache's
 // entries.
@@ -91,6 +93,7 @@ const char* kv_pooling_name(KvPooling pooling);
 const char* dtype_name(Dtype dtype);
 const char* quant_dot_name(QuantDot dot);         // "exact", "int8"
 const char* prefill_gemm_name(PrefillGemm gemm);  // "float32", "bfloat16", "int8"
+const char* decode_dot_name(DecodeDot dot);       // "float32", "bfloat16"
 std::string device_name(const Device& device);
 const char* finish_reason_name(FinishReason reason);
 

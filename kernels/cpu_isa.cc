@@ -23,6 +23,16 @@ bool has_f16c() {
 }
 #endif
 
+// AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5.
+bool cpuid_avx512_bf16() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+#else
+  return false;
+#endif
+}
+
 CpuIsa detect() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -64,6 +74,11 @@ CpuIsa choose() {
 CpuIsa cpu_isa() {
   static const CpuIsa isa = choose();
   return isa;
+}
+
+bool has_avx512_bf16() {
+  static const bool has = cpu_isa() >= CpuIsa::kAvx512Vnni && cpuid_avx512_bf16();
+  return has;
 }
 
 const char* cpu_isa_name(CpuIsa isa) {

@@ -23,6 +23,12 @@ enum class CpuIsa {
 
 CpuIsa cpu_isa();
 
+// Whether the bfloat16 kernels may run: AVX512_BF16 (vdpbf16ps,
+// vcvtneps2bf16) in the CPU and cpu_isa() at kAvx512Vnni, so that a
+// SNAPSERVE_CPU_ISA cap below that turns them off too (Zen 4 and Sapphire
+// Rapids have both; no CPU has AVX512_BF16 without VNNI).
+bool has_avx512_bf16();
+
 // "portable", "avx2", "avx512" or "avx512vnni".
 const char* cpu_isa_name(CpuIsa isa);
 

@@ -69,7 +69,8 @@ void int8_linear(const at::Tensor& x, const QuantMatrix& w, at::Tensor& out) {
 
 }  // namespace
 
-at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w, PrefillGemm gemm) {
+at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w, PrefillGemm gemm,
+                          DecodeDot dot) {
   check_activations(x);
   check_shape(w, "w", {-1, x.size(1)});
   TORCH_CHECK(w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16,
@@ -92,14 +93,27 @@ at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w, PrefillGemm 
     });
   }
   at::Tensor out = at::empty({xc.size(0), n}, xc.options());
+  if (xc.size(0) == 0 || n == 0) return out;
+  if (w.scalar_type() == at::kFloat) {
+    cpu::WeightRows rows;
+    rows.k = k;
+    rows.f32 = w.const_data_ptr<float>();
+    cpu::linear_rows_small(xc, rows, n, out);
+    return out;
+  }
+  const auto* w_bits = static_cast<const uint16_t*>(w.const_data_ptr());
+  if (dot == DecodeDot::kBFloat16 && has_avx512_bf16()) {
+    cpu::linear_rows_small_bf16_dot(xc, w_bits, n, out);
+    return out;
+  }
   cpu::WeightRows rows;
   rows.k = k;
-  if (w.scalar_type() == at::kFloat) {
-    rows.f32 = w.const_data_ptr<float>();
-  } else {
-    rows.bf16 = static_cast<const uint16_t*>(w.const_data_ptr());
-  }
-  if (xc.size(0) > 0 && n > 0) cpu::linear_rows_small(xc, rows, n, out);
+  rows.bf16 = w_bits;
+  // Without AVX512_BF16 the bfloat16 dot is emulated: x rounded the same
+  // way, then the float32 kernel (each product of two bfloat16 values is
+  // exact in float32; only the order of the float32 sums differs).
+  const at::Tensor xr = dot == DecodeDot::kBFloat16 ? xc.to(at::kBFloat16).to(at::kFloat) : xc;
+  cpu::linear_rows_small(xr, rows, n, out);
   return out;
 }
 

@@ -3,8 +3,10 @@
 // in float32.
 //
 // - bfloat16 weights are how a bfloat16 model runs on CPU
-//   (engine/model/llama_model.h): half the memory and bandwidth of float32,
-//   while activations are never rounded to 8 mantissa bits.
+//   (engine/model/llama_model.h): half the memory and bandwidth of float32.
+//   By default activations are never rounded to 8 mantissa bits; under
+//   DecodeDot::kBFloat16 (kernels/decode_dot.h) decode-sized batches round
+//   them and take bfloat16 dot products.
 // - Decode-sized inputs (m <= kLinearSmallRows rows) take a fixed-order kernel:
 //   each output element is one dot product over K in a fixed order, whatever m
 //   is, so a sequence's logits do not depend on what else is in the batch
@@ -19,6 +21,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "kernels/decode_dot.h"
 #include "kernels/prefill_gemm.h"
 #include "kernels/quant_matrix.h"
 
@@ -29,9 +32,10 @@ inline constexpr int64_t kLinearSmallRows = 64;
 
 // x  [m, K] float32, CPU
 // w  [N, K] float32 or bfloat16, CPU, contiguous (the nn.Linear weight layout)
-// returns [m, N] float32
+// returns [m, N] float32. `dot` applies to bfloat16 weights at decode-sized m.
 at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w,
-                          PrefillGemm gemm = PrefillGemm::kFloat32);
+                          PrefillGemm gemm = PrefillGemm::kFloat32,
+                          DecodeDot dot = DecodeDot::kFloat32);
 
 // How decode-sized m multiplies GGUF blocks: QuantDot (quant_blocks.h).
 // Prompt-sized m decodes slices for the GEMM `gemm` picks.
@@ -55,6 +59,10 @@ struct WeightRows {
 
 // Fixed-order kernel; x [m, K] contiguous, `n` weight rows, out [m, n] contiguous float32.
 void linear_rows_small(const at::Tensor& x, const WeightRows& w, int64_t n, at::Tensor& out);
+
+// The same under DecodeDot::kBFloat16 with AVX512_BF16 (has_avx512_bf16()):
+// x [m, K] float32 is rounded to bfloat16, w [n, K] is bfloat16 bits.
+void linear_rows_small_bf16_dot(const at::Tensor& x, const uint16_t* w, int64_t n, at::Tensor& out);
 }  // namespace cpu
 
 }  // namespace snapserve::kernels

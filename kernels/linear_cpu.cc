@@ -228,4 +228,33 @@ void linear_rows_small(const at::Tensor& x, const WeightRows& w, int64_t n, at::
   });
 }
 
+void linear_rows_small_bf16_dot(const at::Tensor& x, const uint16_t* w, int64_t n,
+                                at::Tensor& out) {
+  const int64_t m = x.size(0), k = x.size(1);
+  // Rounded once per call, not once per tile: every tile reads all of x.
+  std::vector<uint16_t> xb(static_cast<size_t>(m * k));
+  round_rows_to_bf16_avx512bf16(x.const_data_ptr<float>(), m * k, xb.data());
+  const Bf16Problem p{xb.data(), out.data_ptr<float>(), m, k, n};
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  // Half the float32 kernel's multiply-add instructions per tile, so twice
+  // its tiles per task (same ~64K instructions).
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(1, k * m * kTile));
+  at::parallel_for(0, tiles, grain, [&](int64_t t_begin, int64_t t_end) {
+    const int64_t n_end = std::min(t_end * kTile, n);
+    for (int64_t n0 = t_begin * kTile; n0 < n_end; n0 += kTile) {
+      const int64_t rows = std::min(kTile, n_end - n0);
+      const uint16_t* wr[kTile] = {};
+      for (int64_t r = 0; r < rows; ++r) wr[r] = w + (n0 + r) * k;
+      // As run_columns: the rows kPrefetchTiles tiles ahead, fetched meanwhile.
+      const int64_t ahead = n0 + kPrefetchTiles * kTile;
+      const uint16_t* next[kTile] = {};
+      for (int64_t r = 0; ahead < n_end && r < kTile; ++r) {
+        next[r] = w + std::min(ahead + r, n_end - 1) * k;
+      }
+      tile_avx512bf16(p, wr, rows, n0, ahead < n_end ? next : nullptr);
+    }
+  });
+}
+
 }  // namespace snapserve::kernels::cpu

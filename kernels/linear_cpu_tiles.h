@@ -35,6 +35,23 @@ inline float add_tail(float total, const float* x, const float* w, int64_t from,
 void tile_avx512(const Problem& p, const float* const* wr, int64_t rows, int64_t n0,
                  const float* const* next);
 
+// DecodeDot::kBFloat16 (kernels/linear.h): out [m, n_total] = x [m, k] ·
+// w [n_total, k]ᵀ with x and w bfloat16 bits.
+struct Bf16Problem {
+  const uint16_t* x;
+  float* out;
+  int64_t m, k, n_total;
+};
+
+// AVX512_BF16: vdpbf16ps over bfloat16 weight rows read in place
+// (linear_cpu_avx512bf16.cc). Only when has_avx512_bf16() (cpu_isa.h).
+// `next` as for tile_avx512.
+void tile_avx512bf16(const Bf16Problem& p, const uint16_t* const* wr, int64_t rows, int64_t n0,
+                     const uint16_t* const* next);
+
+// x [count] rounded to bfloat16 (to nearest even, vcvtneps2bf16) into dst.
+void round_rows_to_bf16_avx512bf16(const float* x, int64_t count, uint16_t* dst);
+
 // AVX2 + FMA, GGUF Q4_0/Q4_1/Q8_0 weights, m <= kFusedMaxRows: decodes each
 // block in registers and multiplies at once, with tile_avx2's results bit for
 // bit (linear_cpu_fused_avx2.cc). False (nothing done) for other types.

@@ -16,25 +16,11 @@
 #include "kernels/parallel_dynamic.h"
 #include "kernels/prefill_attention_cpu_common.h"
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
 namespace snapserve::kernels {
 
 namespace {
 
 using cpu::kTileKeys;
-
-// CPUID leaf 7, sub-leaf 1, EAX bit 5 (read directly, as cpu_isa.cc reads F16C).
-bool cpu_has_avx512_bf16() {
-#if defined(__x86_64__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
-#else
-  return false;
-#endif
-}
 
 cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k);
 
@@ -96,8 +82,7 @@ int64_t prefill_attention_group_rows(int64_t head_dim) { return 256 / head_dim; 
 }  // namespace cpu
 
 bool has_prefill_attention_bf16(int64_t head_dim) {
-  static const bool cpu = cpu_isa() >= CpuIsa::kAvx512Vnni && cpu_has_avx512_bf16();
-  return cpu && (head_dim == 64 || head_dim == 128);
+  return has_avx512_bf16() && (head_dim == 64 || head_dim == 128);
 }
 
 at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -184,6 +184,16 @@ const std::vector<FlagSpec>& Flags() {
        [](const ServerConfig& c) {
          return std::string(engine::prefill_gemm_name(c.engine.prefill_gemm));
        }},
+      {"decode-dot",
+       "decode steps on bfloat16 weights (CPU, --dtype=bfloat16): float32 (activations stay "
+       "float32: only the weights are rounded) | bfloat16 (activations rounded to bfloat16, "
+       "products accumulated in float32; vdpbf16ps on AVX512_BF16 CPUs)",
+       [](ServerConfig& c, const std::string& v) {
+         return SetParsed(c.engine.decode_dot, ParseDecodeDot(v));
+       },
+       [](const ServerConfig& c) {
+         return std::string(engine::decode_dot_name(c.engine.decode_dot));
+       }},
       {"device", "cpu|cuda|cuda:N",
        [](ServerConfig& c, const std::string& v) {
          return SetParsed(c.engine.device, ParseDevice(v));
@@ -345,6 +355,12 @@ std::string CheckConsistency(const ServerConfig& c) {
   if (c.engine.default_max_new_tokens > c.engine.max_new_tokens_limit)
     return "--default-max-new-tokens exceeds --max-new-tokens-limit";
   if (c.port != 0 && c.port == c.metrics_port) return "--port and --metrics-port must differ";
+  // Only bfloat16 weights have bfloat16 dot products to take; on CUDA a
+  // bfloat16 model computes in bfloat16 already.
+  if (c.engine.decode_dot == engine::DecodeDot::kBFloat16 &&
+      (c.engine.dtype != engine::Dtype::kBFloat16 || c.engine.device.is_cuda())) {
+    return "--decode-dot=bfloat16 needs --dtype=bfloat16 on --device=cpu";
+  }
   return "";
 }
 
@@ -406,6 +422,11 @@ StatusOr<engine::PrefillGemm> ParsePrefillGemm(const std::string& text) {
       text,
       {engine::PrefillGemm::kFloat32, engine::PrefillGemm::kBFloat16, engine::PrefillGemm::kInt8},
       &engine::prefill_gemm_name);
+}
+
+StatusOr<engine::DecodeDot> ParseDecodeDot(const std::string& text) {
+  return ParseNamed(text, {engine::DecodeDot::kFloat32, engine::DecodeDot::kBFloat16},
+                    &engine::decode_dot_name);
 }
 
 StatusOr<engine::Device> ParseDevice(const std::string& text) {

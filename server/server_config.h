@@ -64,6 +64,7 @@ StatusOr<engine::KvPooling> ParseKvPooling(const std::string& text);
 StatusOr<engine::Dtype> ParseDtype(const std::string& text);
 StatusOr<engine::QuantDot> ParseQuantDot(const std::string& text);
 StatusOr<engine::PrefillGemm> ParsePrefillGemm(const std::string& text);
+StatusOr<engine::DecodeDot> ParseDecodeDot(const std::string& text);
 // "cpu", "cuda" or "cuda:N".
 StatusOr<engine::Device> ParseDevice(const std::string& text);
 

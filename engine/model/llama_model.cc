@@ -132,6 +132,18 @@ void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
   }
 }
 
+int64_t LlamaModel::bf16_dot_matrices() const {
+  if (!device_.is_cpu()) return 0;
+  auto counts = [](const LinearWeight& w) {
+    return w.dense.defined() && w.dense.scalar_type() == at::kBFloat16 ? 1 : 0;
+  };
+  int64_t n = counts(w_.lm_head);
+  for (const LayerWeights& l : w_.layers) {
+    for (const LinearWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) n += counts(*w);
+  }
+  return n;
+}
+
 at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const {
   const bool prompt = x.size(0) > kernels::kLinearSmallRows;
   // Int8 panels: for prompts under --prefill-gemm=int8, for decode-sized
@@ -158,7 +170,7 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
   const at::Tensor& d = w.dense;
   if (x.is_cpu() && x.scalar_type() == at::kFloat &&
       (d.scalar_type() == at::kFloat || d.scalar_type() == at::kBFloat16)) {
-    return kernels::linear_float32(x, d, float_prefill_gemm());
+    return kernels::linear_float32(x, d, float_prefill_gemm(), decode_dot_);
   }
   return at::linear(x, d);
 }

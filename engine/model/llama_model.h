@@ -40,6 +40,7 @@
 #include "engine/model/kv_store.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
+#include "kernels/decode_dot.h"
 #include "kernels/linear.h"
 
 namespace snapserve::model {
@@ -77,6 +78,14 @@ class LlamaModel {
   // decoding (the default) or int8 block dot products.
   void set_quant_dot(kernels::QuantDot dot) { quant_dot_ = dot; }
   kernels::QuantDot quant_dot() const { return quant_dot_; }
+  // How decode-sized batches multiply bfloat16 weights on CPU
+  // (kernels/decode_dot.h): float32 activations (the default) or bfloat16
+  // dot products.
+  void set_decode_dot(kernels::DecodeDot dot) { decode_dot_ = dot; }
+  kernels::DecodeDot decode_dot() const { return decode_dot_; }
+  // Matrices the decode dot applies to: the layers' and the LM head's that
+  // are dense bfloat16 on CPU (GGUF blocks and float32 matrices are not).
+  int64_t bf16_dot_matrices() const;
   // The GEMM of prompt-sized batches on CPU (kernels/prefill_gemm.h):
   // float32 (the default), bfloat16 inputs with float32 accumulation, or
   // int8 products on GGUF legacy blocks. Call it after set_quant_dot: it
@@ -157,6 +166,7 @@ class LlamaModel {
   at::Device device_;
   at::Tensor inv_freq_;  // [head_dim / 2] float32
   kernels::QuantDot quant_dot_ = kernels::QuantDot::kExact;
+  kernels::DecodeDot decode_dot_ = kernels::DecodeDot::kFloat32;
   // kBFloat16 under kInt8: the precision of what has no int8 panels (dense
   // and K-quant matrices, the prompt's attention).
   kernels::PrefillGemm float_prefill_gemm() const;

@@ -93,6 +93,29 @@ def model_path():
 
 
 @pytest.fixture(scope="session")
+def hf_model_dir(model_path, tmp_path_factory):
+    """The default model as a Hugging Face directory (float32 safetensors,
+    config.json, tokenizer.json), written by transformers from its own
+    loading of the GGUF: the dense-weight models (--dtype=bfloat16 weights,
+    --decode-dot) are tested on it, since GGUF matrices stay in blocks."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    path = tmp_path_factory.mktemp("hf-model")
+    kwargs = dict(gguf_file=model_path.name)
+    AutoTokenizer.from_pretrained(model_path.parent, **kwargs).save_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(model_path.parent, dtype=torch.float32, **kwargs)
+    # transformers will not save_pretrained a model it loaded from GGUF, so
+    # the config and the tensors are written separately; a tied LM head is
+    # the embedding itself and is left out, as save_pretrained would.
+    model.config.save_pretrained(path)
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items()
+               if not (k == "lm_head.weight" and model.config.tie_word_embeddings)}
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+@pytest.fixture(scope="session")
 def torch_ops():
     """Loads libsnapserve_torch_ops.so and returns torch.ops.snapserve."""
     import torch

@@ -58,17 +58,24 @@ def make_requests(pb2, ids_source):
 
 # The default path, and the fast ones (int8 block dots at decode, bfloat16
 # GEMMs and attention for prompts: kernels/prefill_attention.h, or int8
-# GEMMs: kernels/prefill_gemm_int8.h), where a
+# GEMMs: kernels/prefill_gemm_int8.h; bfloat16 dots at decode:
+# kernels/decode_dot.h), where a
 # prompt's chunks may be cut differently alone and in a busy batch.
 PATHS = {"exact": [], "int8-bf16prefill": ["--quantized-dot=int8", "--prefill-gemm=bfloat16"],
-         "int8-int8prefill": ["--quantized-dot=int8", "--prefill-gemm=int8"]}
+         "int8-int8prefill": ["--quantized-dot=int8", "--prefill-gemm=int8"],
+         # bfloat16 compute throughout: bfloat16 weights, GEMMs and decode dots.
+         "bf16-compute": ["--dtype=bfloat16", "--prefill-gemm=bfloat16", "--decode-dot=bfloat16"]}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", list(PATHS))
-def test_greedy_output_is_the_same_alone_and_batched(start_server, model_path, pb, path):
+def test_greedy_output_is_the_same_alone_and_batched(start_server, model_path, pb, path,
+                                                     request):
     pb2, pb2_grpc = pb
-    server = start_server([f"--model={model_path}", "--max-batch-size=32", "--max-queue=64",
+    # The decode dot applies to dense bfloat16 weights: the safetensors copy
+    # of the model (GGUF matrices stay in their blocks).
+    model = request.getfixturevalue("hf_model_dir") if path == "bf16-compute" else model_path
+    server = start_server([f"--model={model}", "--max-batch-size=32", "--max-queue=64",
                            "--snapkv-capacity=512", "--snapkv-window=32", *PATHS[path]])
     with grpc.insecure_channel(server.target) as channel:
         stub = pb2_grpc.GenerationStub(channel)
@@ -105,6 +112,8 @@ def test_greedy_output_is_the_same_alone_and_batched(start_server, model_path, p
             t.join()
         assert not errors, errors
 
+    if path == "bf16-compute":  # the decode dot ran on every matrix: 30 layers x 4 + LM head
+        assert "bfloat16 dot products at decode on 121 dense" in server.logs(), server.logs()
     text = server.metrics_text()
     batch_sum = metrics.value(text, "snapserve_batch_size_sum")
     count = metrics.value(text, "snapserve_batch_size_count")

@@ -20,7 +20,8 @@ namespace {
 // "float32", "bfloat16", "float16"; suffixes ":int8" (the int8 block dot
 // product for GGUF blocks, else exact decoding) and ":bf16gemm" (the
 // bfloat16 prefill GEMM) or ":int8gemm" (the int8 one), in that order
-// (kernels/prefill_gemm.h).
+// (kernels/prefill_gemm.h); ":bf16dot" (bfloat16 dot products at decode on
+// bfloat16 weights, kernels/decode_dot.h) anywhere after the dtype.
 at::ScalarType ParseDtype(std::string s) {
   if (const auto colon = s.find(':'); colon != std::string::npos) s.resize(colon);
   if (s == "float32") return at::kFloat;
@@ -40,6 +41,7 @@ LlamaModel& GetModel(const std::string& path, const std::string& dtype, const st
     const bool int8 = dtype.find(":int8") != std::string::npos;
     const bool bf16_gemm = dtype.find(":bf16gemm") != std::string::npos;
     const bool int8_gemm = dtype.find(":int8gemm") != std::string::npos;
+    const bool bf16_dot = dtype.find(":bf16dot") != std::string::npos;
     auto m = LoadModel(path, ParseDtype(dtype), at::Device(device), LogToStderr,
                        int8 ? kernels::QuantDot::kInt8 : kernels::QuantDot::kExact);
     TORCH_CHECK(m.ok(), m.status().ToString());
@@ -48,6 +50,8 @@ LlamaModel& GetModel(const std::string& path, const std::string& dtype, const st
     m.value()->set_prefill_gemm(bf16_gemm   ? kernels::PrefillGemm::kBFloat16
                                 : int8_gemm ? kernels::PrefillGemm::kInt8
                                             : kernels::PrefillGemm::kFloat32);
+    m.value()->set_decode_dot(bf16_dot ? kernels::DecodeDot::kBFloat16
+                                       : kernels::DecodeDot::kFloat32);
     it = cache.emplace(key, std::move(m).value()).first;
   }
   return *it->second;

@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 namespace snapserve::kernels {
@@ -72,9 +73,66 @@ TEST_P(LinearTest, RowResultIndependentOfBatch) {
 INSTANTIATE_TEST_SUITE_P(Weights, LinearTest, ::testing::Values(at::kFloat, at::kBFloat16),
                          [](const auto& info) { return std::string(c10::toString(info.param)); });
 
+// DecodeDot::kBFloat16 (kernels/decode_dot.h): x rounded to bfloat16 the way
+// ATen rounds (to nearest even), every product of two bfloat16 values exact,
+// sums in float32. So the float64 product of ATen's rounded x and the weights
+// is the reference, to float32 summation's tolerance; an activation rounded
+// the other way would be off by ~|x w| / 256, far outside it. Runs on every
+// ISA path ctest selects: vdpbf16ps where the CPU has AVX512_BF16, the
+// emulation below it.
+at::Tensor Bf16Dot(const at::Tensor& x, const at::Tensor& w) {
+  return linear_float32(x, w, PrefillGemm::kFloat32, DecodeDot::kBFloat16);
+}
+
+TEST(LinearBf16Dot, MatchesFloat64ReferenceOfRoundedActivations) {
+  at::manual_seed(3);
+  // K around the 32-element step and its tail, N not a multiple of 4, m
+  // across the 4-row blocks up to kLinearSmallRows.
+  for (int64_t m : {1, 2, 3, 5, 16, 64}) {
+    for (int64_t k : {1, 7, 31, 32, 33, 64, 577}) {
+      for (int64_t n : {1, 5, 576, 1031}) {
+        const at::Tensor x = at::randn({m, k});
+        const at::Tensor w = at::randn({n, k}).to(at::kBFloat16);
+        const at::Tensor got = Bf16Dot(x, w);
+        ASSERT_EQ(got.sizes(), (at::IntArrayRef{m, n}));
+        const at::Tensor rounded = x.to(at::kBFloat16).to(at::kFloat);
+        const double err = (got - Reference(rounded, w)).abs().max().item<double>();
+        EXPECT_LE(err, Tolerance(k)) << "m=" << m << " k=" << k << " n=" << n;
+      }
+    }
+  }
+}
+
+TEST(LinearBf16Dot, RowResultIndependentOfBatch) {
+  at::manual_seed(4);
+  const at::Tensor w = at::randn({1031, 577}).to(at::kBFloat16);
+  const at::Tensor batch = at::randn({kLinearSmallRows, 577});
+  const at::Tensor together = Bf16Dot(batch, w);
+  for (int64_t i : {int64_t{0}, int64_t{3}, int64_t{6}, kLinearSmallRows - 1}) {
+    EXPECT_TRUE(at::equal(Bf16Dot(batch.narrow(0, i, 1), w)[0], together[i])) << "row " << i;
+    const int64_t start = std::max<int64_t>(0, i - 2);
+    EXPECT_TRUE(
+        at::equal(Bf16Dot(batch.narrow(0, start, i - start + 1), w)[i - start], together[i]))
+        << "row " << i << " in a batch of " << i - start + 1;
+  }
+}
+
+TEST(LinearBf16Dot, OnlyBFloat16WeightsAtDecodeSizedM) {
+  at::manual_seed(5);
+  const at::Tensor w = at::randn({40, 64});
+  const at::Tensor x = at::randn({3, 64});
+  // float32 weights: the float32 kernel, bit for bit.
+  EXPECT_TRUE(at::equal(Bf16Dot(x, w), linear_float32(x, w)));
+  // Prompt-sized m: the prompt GEMM, which the decode dot does not choose.
+  const at::Tensor wb = w.to(at::kBFloat16);
+  const at::Tensor prompt = at::randn({kLinearSmallRows + 1, 64});
+  EXPECT_TRUE(at::equal(Bf16Dot(prompt, wb), linear_float32(prompt, wb)));
+}
+
 TEST(Linear, EmptyInputs) {
   const at::Tensor w = at::randn({4, 8}).to(at::kBFloat16);
   EXPECT_EQ(linear_float32(at::randn({0, 8}), w).sizes(), (at::IntArrayRef{0, 4}));
+  EXPECT_EQ(Bf16Dot(at::randn({0, 8}), w).sizes(), (at::IntArrayRef{0, 4}));
 }
 
 void ExpectError(const at::Tensor& x, const at::Tensor& w, const std::string& needle) {

@@ -115,6 +115,23 @@ TEST(ServerConfigTest, EveryQuantizedDotName) {
   EXPECT_EQ(bad_gemm.message, "--prefill-gemm: expected one of float32|bfloat16|int8, got 'int4'");
 }
 
+TEST(ServerConfigTest, DecodeDotNeedsBFloat16WeightsOnCpu) {
+  EXPECT_EQ(Parse({}).config.engine.decode_dot, engine::DecodeDot::kFloat32);
+  EXPECT_EQ(Parse({"--dtype=bfloat16", "--decode-dot=bfloat16"}).config.engine.decode_dot,
+            engine::DecodeDot::kBFloat16);
+  EXPECT_EQ(Parse({"--decode-dot=float32"}).config.engine.decode_dot, engine::DecodeDot::kFloat32);
+  ParseResult bad = Parse({"--decode-dot=int8"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.message, "--decode-dot: expected one of float32|bfloat16, got 'int8'");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--decode-dot=bfloat16"},
+        std::vector<std::string>{"--dtype=bfloat16", "--device=cuda", "--decode-dot=bfloat16"}}) {
+    ParseResult refused = Parse(args);
+    EXPECT_EQ(refused.exit_code, 2) << args[0];
+    EXPECT_EQ(refused.message, "--decode-dot=bfloat16 needs --dtype=bfloat16 on --device=cpu");
+  }
+}
+
 TEST(ServerConfigTest, EveryDeviceForm) {
   EXPECT_EQ(*ParseDevice("cpu"), engine::Device::Cpu());
   EXPECT_EQ(*ParseDevice("cuda"), engine::Device::Cuda());

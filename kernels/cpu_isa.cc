@@ -76,6 +76,21 @@ CpuIsa cpu_isa() {
   return isa;
 }
 
+bool bf16_dot_outpaces_fma() {
+  static const bool faster = [] {
+#if defined(__x86_64__)
+    if (!has_avx512_bf16()) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    // "AuthenticAMD" in EBX, EDX, ECX.
+    return ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+#else
+    return false;
+#endif
+  }();
+  return faster;
+}
+
 bool has_avx512_bf16() {
   static const bool has = cpu_isa() >= CpuIsa::kAvx512Vnni && cpuid_avx512_bf16();
   return has;

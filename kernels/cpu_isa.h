@@ -29,6 +29,16 @@ CpuIsa cpu_isa();
 // Rapids have both; no CPU has AVX512_BF16 without VNNI).
 bool has_avx512_bf16();
 
+// Whether one vdpbf16ps does more multiply-adds per cycle here than float32
+// FMAs do: on AMD's AVX512_BF16 CPUs (Zen 4, Zen 5) twice as many; on
+// Intel's (Cooper Lake, Sapphire Rapids and later) it issues on one port
+// against FMA's two, so a bfloat16 kernel there only adds the roundings.
+// Measured with the prompt attention kernels (docs/quantized-weights.md,
+// "bfloat16 dot products at decode"): bfloat16 1.25x faster than float32 on
+// a Zen 4 VM, 0.80x on a Sapphire-Rapids-class Xeon VM. Read from the CPUID
+// vendor; false without has_avx512_bf16().
+bool bf16_dot_outpaces_fma();
+
 // "portable", "avx2", "avx512" or "avx512vnni".
 const char* cpu_isa_name(CpuIsa isa);
 

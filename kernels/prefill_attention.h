@@ -1,10 +1,12 @@
 // Causal attention of a prompt chunk, two kernels of one design:
 // - bfloat16 products on CPUs with AVX512_BF16 (vdpbf16ps): the attention
 //   half of `--prefill-gemm=bfloat16` and `int8` (docs/quantized-weights.md,
-//   "Prompt GEMM precision");
-// - float32 products on AVX-512F CPUs without it (Ice Lake, Skylake-SP), for
-//   the same prompt precisions: more exact than the bfloat16 kernel, and
-//   1.3x LibTorch's float32 attention on an Ice Lake VM (docs/quantized-weights.md,
+//   "Prompt GEMM precision") where vdpbf16ps outpaces FMA (AMD's CPUs:
+//   kernels/cpu_isa.h, bf16_dot_outpaces_fma);
+// - float32 products on the other AVX-512F CPUs (Ice Lake, Skylake-SP, and
+//   Intel's with AVX512_BF16, where it is the faster of the two), for the
+//   same prompt precisions: more exact than the bfloat16 kernel, and 1.3x
+//   LibTorch's float32 attention on an Ice Lake VM (docs/quantized-weights.md,
 //   "Prompt attention without AVX512_BF16").
 //
 // Why a kernel of our own: LibTorch's CPU flash attention multiplies in

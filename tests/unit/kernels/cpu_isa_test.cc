@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 namespace snapserve::kernels {
@@ -44,6 +45,27 @@ TEST(CpuIsa, Names) {
   EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx2), "avx2");
   EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx512), "avx512");
   EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx512Vnni), "avx512vnni");
+}
+
+// The first line of a field of /proc/cpuinfo ("" when absent): the
+// kernel's reading of the CPU, independent of the CPUID code under test.
+std::string CpuinfoField(const std::string& name) {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) != 0) continue;
+    const size_t colon = line.find(':');
+    return colon == std::string::npos ? "" : line.substr(line.find_first_not_of(' ', colon + 1));
+  }
+  return "";
+}
+
+TEST(CpuIsa, BFloat16DotOutpacesFmaOnAmdOnly) {
+  const std::string vendor = CpuinfoField("vendor_id");
+  if (vendor.empty()) GTEST_SKIP() << "no vendor_id in /proc/cpuinfo";
+  const bool bf16 = CpuinfoField("flags").find(" avx512_bf16") != std::string::npos;
+  // has_avx512_bf16 also needs the widest ISA level (no SNAPSERVE_CPU_ISA cap).
+  EXPECT_EQ(has_avx512_bf16(), bf16 && cpu_isa() == CpuIsa::kAvx512Vnni);
+  EXPECT_EQ(bf16_dot_outpaces_fma(), has_avx512_bf16() && vendor == "AuthenticAMD") << vendor;
 }
 
 }  // namespace

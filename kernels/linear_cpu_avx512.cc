@@ -13,8 +13,6 @@
 #if defined(__x86_64__)
 #include "kernels/avx512_intrinsics.h"
 
-#include <algorithm>
-
 // After avx512_intrinsics.h, whose pragmas cover its shuffles.
 #include "kernels/simd_sums.h"
 
@@ -87,60 +85,14 @@ SNAPSERVE_AVX512 void block(const Problem& p, const float* const* wr, int64_t i0
   }
 }
 
-// The prefetch of the `next` tile's kTile rows is shared out over the x-row
-// blocks, ceil(kTile / blocks) rows each from the first block on (one each at
-// batch 16; all four from the only block at batch <= 4).
-template <int NW>
-SNAPSERVE_AVX512 void all_rows(const Problem& p, const float* const* wr, int64_t n0,
-                               const float* const* next) {
-  const int64_t blocks = (p.m + 3) / 4;
-  const int64_t per_block = (kTile + blocks - 1) / blocks;
-  auto first_for = [&](int64_t b) -> const float* const* {
-    return next == nullptr ? nullptr : next + std::min(kTile, b * per_block);
-  };
-  auto rows_for = [&](int64_t b) -> int {
-    if (next == nullptr) return 0;
-    return static_cast<int>(std::clamp<int64_t>(kTile - b * per_block, 0, per_block));
-  };
-  int64_t i = 0;
-  for (; i + 4 <= p.m; i += 4) block<4, NW>(p, wr, i, n0, first_for(i / 4), rows_for(i / 4));
-  const int64_t b = i / 4;
-  switch (p.m - i) {
-    case 3:
-      block<3, NW>(p, wr, i, n0, first_for(b), rows_for(b));
-      break;
-    case 2:
-      block<2, NW>(p, wr, i, n0, first_for(b), rows_for(b));
-      break;
-    case 1:
-      block<1, NW>(p, wr, i, n0, first_for(b), rows_for(b));
-      break;
-    default:
-      break;
-  }
-}
-
 }  // namespace
 
 void tile_avx512(const Problem& p, const float* const* wr, int64_t rows, int64_t n0,
                  const float* const* next) {
-  static_assert(kTile == 4, "the switch below covers 1 .. kTile weight rows");
-  switch (rows) {
-    case 4:
-      all_rows<4>(p, wr, n0, next);
-      break;
-    case 3:
-      all_rows<3>(p, wr, n0, next);
-      break;
-    case 2:
-      all_rows<2>(p, wr, n0, next);
-      break;
-    case 1:
-      all_rows<1>(p, wr, n0, next);
-      break;
-    default:
-      break;
-  }
+  for_each_block(p.m, rows, next,
+                 [&](auto mx, auto nw, int64_t i0, const float* const* first, int count) {
+                   block<decltype(mx)::value, decltype(nw)::value>(p, wr, i0, n0, first, count);
+                 });
 }
 
 }  // namespace snapserve::kernels::cpu

@@ -19,8 +19,6 @@
 #if defined(__x86_64__)
 #include "kernels/avx512_intrinsics.h"
 
-#include <algorithm>
-
 // After avx512_intrinsics.h, whose pragmas cover its shuffles.
 #include "kernels/simd_sums.h"
 
@@ -106,59 +104,14 @@ SNAPSERVE_BF16 void block(const Bf16Problem& p, const uint16_t* const* wr, int64
   }
 }
 
-// Every x row in blocks of four; the `next` tile's prefetch is shared out
-// over the blocks as in linear_cpu_avx512.cc.
-template <int NW>
-SNAPSERVE_BF16 void all_rows(const Bf16Problem& p, const uint16_t* const* wr, int64_t n0,
-                             const uint16_t* const* next) {
-  const int64_t blocks = (p.m + 3) / 4;
-  const int64_t per_block = (kTile + blocks - 1) / blocks;
-  auto first_for = [&](int64_t b) -> const uint16_t* const* {
-    return next == nullptr ? nullptr : next + std::min(kTile, b * per_block);
-  };
-  auto rows_for = [&](int64_t b) -> int {
-    if (next == nullptr) return 0;
-    return static_cast<int>(std::clamp<int64_t>(kTile - b * per_block, 0, per_block));
-  };
-  int64_t i = 0;
-  for (; i + 4 <= p.m; i += 4) block<4, NW>(p, wr, i, n0, first_for(i / 4), rows_for(i / 4));
-  const int64_t b = i / 4;
-  switch (p.m - i) {
-    case 3:
-      block<3, NW>(p, wr, i, n0, first_for(b), rows_for(b));
-      break;
-    case 2:
-      block<2, NW>(p, wr, i, n0, first_for(b), rows_for(b));
-      break;
-    case 1:
-      block<1, NW>(p, wr, i, n0, first_for(b), rows_for(b));
-      break;
-    default:
-      break;
-  }
-}
-
 }  // namespace
 
 void tile_avx512bf16(const Bf16Problem& p, const uint16_t* const* wr, int64_t rows, int64_t n0,
                      const uint16_t* const* next) {
-  static_assert(kTile == 4, "the switch below covers 1 .. kTile weight rows");
-  switch (rows) {
-    case 4:
-      all_rows<4>(p, wr, n0, next);
-      break;
-    case 3:
-      all_rows<3>(p, wr, n0, next);
-      break;
-    case 2:
-      all_rows<2>(p, wr, n0, next);
-      break;
-    case 1:
-      all_rows<1>(p, wr, n0, next);
-      break;
-    default:
-      break;
-  }
+  for_each_block(p.m, rows, next,
+                 [&](auto mx, auto nw, int64_t i0, const uint16_t* const* first, int count) {
+                   block<decltype(mx)::value, decltype(nw)::value>(p, wr, i0, n0, first, count);
+                 });
 }
 
 SNAPSERVE_BF16 void round_rows_to_bf16_avx512bf16(const float* x, int64_t count, uint16_t* dst) {

@@ -8,7 +8,9 @@
 // instruction set per process, so a row's result never depends on the batch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/quant_matrix.h"
 
@@ -27,6 +29,64 @@ struct Problem {
 inline float add_tail(float total, const float* x, const float* w, int64_t from, int64_t k) {
   for (int64_t j = from; j < k; ++j) total += x[j] * w[j];
   return total;
+}
+
+// How the AVX-512 tile kernels walk a tile of `rows` (1 .. kTile) weight
+// rows: the x rows in blocks of four, then one block of the 3, 2 or 1 left,
+// each a call run_block(mx, nw, i0, next_first, next_rows) with mx and nw
+// std::integral_constant<int, ...> (block height and tile width, for the
+// kernels' register templates). The `next` tile's kTile rows (nullptr: none)
+// are shared out for prefetching over the blocks, ceil(kTile / blocks) rows
+// each from the first block on (one each at batch 16; all four from the only
+// block at batch <= 4).
+template <typename Row, typename RunBlock>
+void for_each_block(int64_t m, int64_t rows, const Row* const* next, RunBlock&& run_block) {
+  static_assert(kTile == 4, "the switches below cover 1 .. kTile weight rows");
+  const int64_t blocks = (m + 3) / 4;
+  const int64_t per_block = (kTile + blocks - 1) / blocks;
+  auto first_for = [&](int64_t b) -> const Row* const* {
+    return next == nullptr ? nullptr : next + std::min(kTile, b * per_block);
+  };
+  auto rows_for = [&](int64_t b) -> int {
+    if (next == nullptr) return 0;
+    return static_cast<int>(std::clamp<int64_t>(kTile - b * per_block, 0, per_block));
+  };
+  auto with_width = [&](auto nw) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      run_block(std::integral_constant<int, 4>{}, nw, i, first_for(i / 4), rows_for(i / 4));
+    }
+    const int64_t b = i / 4;
+    switch (m - i) {
+      case 3:
+        run_block(std::integral_constant<int, 3>{}, nw, i, first_for(b), rows_for(b));
+        break;
+      case 2:
+        run_block(std::integral_constant<int, 2>{}, nw, i, first_for(b), rows_for(b));
+        break;
+      case 1:
+        run_block(std::integral_constant<int, 1>{}, nw, i, first_for(b), rows_for(b));
+        break;
+      default:
+        break;
+    }
+  };
+  switch (rows) {
+    case 4:
+      with_width(std::integral_constant<int, 4>{});
+      break;
+    case 3:
+      with_width(std::integral_constant<int, 3>{});
+      break;
+    case 2:
+      with_width(std::integral_constant<int, 2>{});
+      break;
+    case 1:
+      with_width(std::integral_constant<int, 1>{});
+      break;
+    default:
+      break;
+  }
 }
 
 // AVX-512F: sixteen lanes, 4 x rows × 4 weight rows per register tile. Only

@@ -257,10 +257,12 @@ at::Tensor LlamaModel::ChunkAttention(const at::Tensor& q, const at::Tensor& k, 
   // devices and Mistral's window.
   if (float_prefill_gemm() == kernels::PrefillGemm::kBFloat16 && device_.is_cpu() && !window &&
       q.scalar_type() == at::kFloat) {
-    if (kernels::has_prefill_attention_bf16(D) && kernels::bf16_dot_outpaces_fma())
+    if (kernels::has_prefill_attention_bf16(D) && kernels::bf16_dot_outpaces_fma()) {
       return kernels::prefill_attention_bf16(q, k, v, scale);
-    if (kernels::has_prefill_attention_f32(D))
+    }
+    if (kernels::has_prefill_attention_f32(D)) {
       return kernels::prefill_attention_f32(q, k, v, scale);
+    }
   }
   if (start == 0 && !window) {
     return at::scaled_dot_product_attention(q, repeat(k), repeat(v), std::nullopt, 0.0,

@@ -33,10 +33,11 @@ bool has_avx512_bf16();
 // FMAs do: on AMD's AVX512_BF16 CPUs (Zen 4, Zen 5) twice as many; on
 // Intel's (Cooper Lake, Sapphire Rapids and later) it issues on one port
 // against FMA's two, so a bfloat16 kernel there only adds the roundings.
-// Measured with the prompt attention kernels (docs/quantized-weights.md,
-// "bfloat16 dot products at decode"): bfloat16 1.25x faster than float32 on
-// a Zen 4 VM, 0.80x on a Sapphire-Rapids-class Xeon VM. Read from the CPUID
-// vendor; false without has_avx512_bf16().
+// Measured with the prompt attention kernels (bench/attention_kernels.py,
+// 2,048-token layer): the bfloat16 kernel 1.9x the float32 one on a Zen 4 VM
+// (bench/results/attention_kernels.json), 0.80x on a Sapphire-Rapids-class
+// Xeon VM (attention_kernels_spr.json). Read from the CPUID vendor; false
+// without has_avx512_bf16().
 bool bf16_dot_outpaces_fma();
 
 // "portable", "avx2", "avx512" or "avx512vnni".

@@ -3,8 +3,9 @@
 so that a change to one of them can be measured on a noisy 2-core VM
 (a whole prefill's time varies by more than the change).
 
-- prompt attention (kernels/prefill_attention.h): the bfloat16 kernel (where
-  the CPU has AVX512_BF16), the float32 kernel (AVX-512F), and LibTorch's
+- prompt attention (kernels/prefill_attention.h): the bfloat16 kernels (where
+  the CPU has AVX512_BF16: vdpbf16ps; and where it has AMX: tdpbf16ps), the
+  float32 kernel (AVX-512F), and LibTorch's
   scaled_dot_product_attention as the model called it before (K and V
   repeated per query head, is_causal) for comparison; causal prompts of 1024
   and 2048 tokens, one layer; GFLOP/s count the causal half of q·kᵀ and p·v
@@ -68,7 +69,7 @@ def prompt_row(kernel, fn, n, runs, reps):
 def prompt_kernels(ops):
     """(name, fn) of the prompt attention kernels this CPU runs."""
     kernels = []
-    for name in ("bf16", "f32"):
+    for name in ("bf16", "amx", "f32"):
         fn = getattr(ops, f"prefill_attention_{name}")
         try:
             fn(torch.zeros(1, 1, DIM), torch.zeros(1, 1, DIM), torch.zeros(1, 1, DIM), 1.0)

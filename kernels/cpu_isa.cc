@@ -7,6 +7,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace snapserve::kernels {
@@ -33,6 +35,31 @@ bool cpuid_avx512_bf16() {
 #endif
 }
 
+// AMX-TILE and AMX-BF16: CPUID leaf 7, sub-leaf 0, EDX bits 24 and 22.
+bool cpuid_amx_bf16() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 &&
+         (edx & (kAmxBf16 | kAmxTile)) == (kAmxBf16 | kAmxTile);
+#else
+  return false;
+#endif
+}
+
+// Asks Linux for the tile registers' state (8 KiB per thread, so not handed
+// out unasked: Documentation/arch/x86/xstate.rst). Process-wide, for every
+// thread; without it the first tile instruction faults. False where the
+// kernel refuses (older than 5.16, or a hypervisor that hides XTILEDATA).
+bool request_amx_permission() {
+#if defined(__x86_64__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
 CpuIsa detect() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -40,7 +67,7 @@ CpuIsa detect() {
   if (!avx2 || !__builtin_cpu_supports("avx512f")) return avx2 ? CpuIsa::kAvx2 : CpuIsa::kPortable;
   if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512vnni")) {
-    return CpuIsa::kAvx512Vnni;
+    return cpuid_avx512_bf16() && cpuid_amx_bf16() ? CpuIsa::kAmx : CpuIsa::kAvx512Vnni;
   }
   return CpuIsa::kAvx512;
 #endif
@@ -61,18 +88,27 @@ CpuIsa choose() {
     cap = CpuIsa::kAvx512;
   } else if (want == "avx512vnni") {
     cap = CpuIsa::kAvx512Vnni;
+  } else if (want == "amx") {
+    cap = CpuIsa::kAmx;
   } else {
     TORCH_CHECK(false, "SNAPSERVE_CPU_ISA=", want,
-                ": expected portable, avx2, avx512 or avx512vnni");
+                ": expected portable, avx2, avx512, avx512vnni or amx");
   }
   // A cap above what the CPU has would crash on an illegal instruction.
   return static_cast<int>(cap) < static_cast<int>(supported) ? cap : supported;
 }
 
+// The level chosen, with the tile state requested only where AMX is chosen.
+CpuIsa choose_and_enable() {
+  const CpuIsa isa = choose();
+  if (isa == CpuIsa::kAmx && !request_amx_permission()) return CpuIsa::kAvx512Vnni;
+  return isa;
+}
+
 }  // namespace
 
 CpuIsa cpu_isa() {
-  static const CpuIsa isa = choose();
+  static const CpuIsa isa = choose_and_enable();
   return isa;
 }
 
@@ -96,8 +132,12 @@ bool has_avx512_bf16() {
   return has;
 }
 
+bool has_amx_bf16() { return cpu_isa() >= CpuIsa::kAmx; }
+
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
+    case CpuIsa::kAmx:
+      return "amx";
     case CpuIsa::kAvx512Vnni:
       return "avx512vnni";
     case CpuIsa::kAvx512:

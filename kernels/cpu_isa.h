@@ -17,6 +17,12 @@ enum class CpuIsa {
   // AVX-512F/BW/VL with VNNI (vpdpbusd: u8 x s8 quads summed into int32),
   // Ice Lake and Zen 4 on: the integer block dot of kernels/quant_dot.h.
   kAvx512Vnni,
+  // AVX512_BF16 plus Intel's AMX tiles (AMX-TILE, AMX-BF16; Sapphire Rapids
+  // on), with the kernel's leave to use them (Linux hands the tile state to a
+  // process only on request: arch_prctl ARCH_REQ_XCOMP_PERM, made when the
+  // level is chosen): the prompt attention's tdpbf16ps kernel
+  // (kernels/prefill_attention.h).
+  kAmx,
 };
 // Levels are ordered: each has every instruction of the ones before it, so
 // `cpu_isa() >= CpuIsa::kAvx512` asks "may this run the AVX-512F path".
@@ -29,6 +35,9 @@ CpuIsa cpu_isa();
 // Rapids have both; no CPU has AVX512_BF16 without VNNI).
 bool has_avx512_bf16();
 
+// Whether the AMX kernels may run: cpu_isa() at kAmx.
+bool has_amx_bf16();
+
 // Whether one vdpbf16ps does more multiply-adds per cycle here than float32
 // FMAs do: on AMD's AVX512_BF16 CPUs (Zen 4, Zen 5) twice as many; on
 // Intel's (Cooper Lake, Sapphire Rapids and later) it issues on one port
@@ -40,7 +49,7 @@ bool has_avx512_bf16();
 // without has_avx512_bf16().
 bool bf16_dot_outpaces_fma();
 
-// "portable", "avx2", "avx512" or "avx512vnni".
+// "portable", "avx2", "avx512", "avx512vnni" or "amx".
 const char* cpu_isa_name(CpuIsa isa);
 
 }  // namespace snapserve::kernels

@@ -1,6 +1,7 @@
 // Checks, operand packing and the parallel loop of kernels/prefill_attention.h;
-// the tile loops are in prefill_attention_cpu_avx512bf16.cc (bfloat16) and
-// prefill_attention_cpu_avx512.cc (float32).
+// the tile loops are in prefill_attention_cpu_avx512bf16.cc and
+// prefill_attention_cpu_amx.cc (bfloat16) and prefill_attention_cpu_avx512.cc
+// (float32).
 #include "kernels/prefill_attention.h"
 
 #include <ATen/ATen.h>
@@ -22,13 +23,14 @@ namespace {
 
 using cpu::kTileKeys;
 
-cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k);
+cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k, int64_t group_rows);
 
-// Checks the shapes and types both kernels take (prefill_attention.h) and
+// Checks the shapes and types every kernel takes (prefill_attention.h) and
 // that the kernel runs here (`available`, else an error naming what it
-// `needs`); returns the sizes.
+// `needs`); returns the sizes, in work items of group_rows(head size) rows.
 cpu::AttentionShape CheckedShape(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const char* name, bool (*available)(int64_t), const char* needs) {
+                                 const char* name, bool (*available)(int64_t), const char* needs,
+                                 int64_t (*group_rows)(int64_t)) {
   check_shape(q, "q", {-1, -1, -1});
   const int64_t H = q.size(0), rows = q.size(1), D = q.size(2);
   check_shape(k, "k", {-1, -1, D});
@@ -41,19 +43,19 @@ cpu::AttentionShape CheckedShape(const at::Tensor& q, const at::Tensor& k, const
   TORCH_CHECK(Hkv > 0 && H % Hkv == 0, name, ": ", H, " query heads are not a multiple of ", Hkv,
               " KV heads");
   TORCH_CHECK(rows <= keys, name, ": ", rows, " query rows but only ", keys, " keys");
-  TORCH_CHECK(available(D), name, ": needs ", needs, " and head size 64 or 128, got ", D);
-  return ShapeOf(q, k);
+  TORCH_CHECK(available(D), name, ": needs ", needs, ", got head size ", D);
+  return ShapeOf(q, k, group_rows(D));
 }
 
 // The sizes of checked operands (prefill_attention.h).
-cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k) {
+cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k, int64_t group_rows) {
   cpu::AttentionShape s;
   s.heads = q.size(0);
   s.rows = q.size(1);
   s.dim = q.size(2);
   s.kv_heads = k.size(0);
   s.keys = k.size(1);
-  const int64_t group_rows = cpu::prefill_attention_group_rows(s.dim);
+  s.group_rows = group_rows;
   s.rows_padded = (s.rows + group_rows - 1) / group_rows * group_rows;
   s.tiles = (s.keys + kTileKeys - 1) / kTileKeys;
   return s;
@@ -65,7 +67,7 @@ cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k) {
 // (kernels/parallel_dynamic.h).
 template <typename Packed, typename Kernel>
 void RunItems(const Packed& p, Kernel kernel, float* out) {
-  const int64_t items = p.heads * (p.rows_padded / cpu::prefill_attention_group_rows(p.dim));
+  const int64_t items = p.heads * (p.rows_padded / p.group_rows);
   cpu::parallel_dynamic(items, cpu::chunk_for(items), [&](int64_t begin, int64_t end) {
 #if defined(__x86_64__)
     kernel(p, begin, end, out);
@@ -81,14 +83,13 @@ namespace cpu {
 int64_t prefill_attention_group_rows(int64_t head_dim) { return 256 / head_dim; }
 }  // namespace cpu
 
-bool has_prefill_attention_bf16(int64_t head_dim) {
-  return has_avx512_bf16() && (head_dim == 64 || head_dim == 128);
-}
+namespace {
 
-at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  double scale) {
-  const cpu::AttentionShape shape =
-      CheckedShape(q, k, v, "prefill_attention_bf16", has_prefill_attention_bf16, "AVX512_BF16");
+// Packs q, k and v as both bfloat16 kernels take them (cpu::PackedAttention)
+// and runs `kernel` over the work items of `shape`.
+at::Tensor AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                      const cpu::AttentionShape& shape,
+                      void (*kernel)(const cpu::PackedAttention&, int64_t, int64_t, float*)) {
   const int64_t H = shape.heads, rows = shape.rows, D = shape.dim, Hkv = shape.kv_heads,
                 keys = shape.keys;
   at::Tensor out = at::empty({H, rows, D}, q.options());
@@ -149,8 +150,32 @@ at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, cons
   p.q_pairs = q_pairs.get();
   p.k_tiles = k_tiles.get();
   p.v_pairs = v_pairs.get();
-  RunItems(p, cpu::prefill_attention_avx512bf16, out.data_ptr<float>());
+  RunItems(p, kernel, out.data_ptr<float>());
   return out;
+}
+
+}  // namespace
+
+bool has_prefill_attention_bf16(int64_t head_dim) {
+  return has_avx512_bf16() && (head_dim == 64 || head_dim == 128);
+}
+
+at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  double scale) {
+  const cpu::AttentionShape shape =
+      CheckedShape(q, k, v, "prefill_attention_bf16", has_prefill_attention_bf16,
+                   "AVX512_BF16 and head size 64 or 128", cpu::prefill_attention_group_rows);
+  return AttendBf16(q, k, v, scale, shape, cpu::prefill_attention_avx512bf16);
+}
+
+bool has_prefill_attention_amx(int64_t head_dim) { return has_amx_bf16() && head_dim == 64; }
+
+at::Tensor prefill_attention_amx(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 double scale) {
+  const cpu::AttentionShape shape = CheckedShape(
+      q, k, v, "prefill_attention_amx", has_prefill_attention_amx,
+      "AMX tiles (AMX-BF16) and head size 64", [](int64_t) { return cpu::kAmxGroupRows; });
+  return AttendBf16(q, k, v, scale, shape, cpu::prefill_attention_amx);
 }
 
 }  // namespace snapserve::kernels
@@ -165,7 +190,8 @@ bool has_prefill_attention_f32(int64_t head_dim) {
 at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  double scale) {
   const cpu::AttentionShape shape =
-      CheckedShape(q, k, v, "prefill_attention_f32", has_prefill_attention_f32, "AVX-512F");
+      CheckedShape(q, k, v, "prefill_attention_f32", has_prefill_attention_f32,
+                   "AVX-512F and head size 64 or 128", cpu::prefill_attention_group_rows);
   const int64_t H = shape.heads, rows = shape.rows, D = shape.dim, Hkv = shape.kv_heads,
                 keys = shape.keys;
   at::Tensor out = at::empty({H, rows, D}, q.options());

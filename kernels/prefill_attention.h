@@ -1,8 +1,11 @@
-// Causal attention of a prompt chunk, two kernels of one design:
-// - bfloat16 products on CPUs with AVX512_BF16 (vdpbf16ps): the attention
-//   half of `--prefill-gemm=bfloat16` and `int8` (docs/quantized-weights.md,
-//   "Prompt GEMM precision") where vdpbf16ps outpaces FMA (AMD's CPUs:
-//   kernels/cpu_isa.h, bf16_dot_outpaces_fma);
+// Causal attention of a prompt chunk, three kernels of one design:
+// - bfloat16 products on Intel's AMX tiles (tdpbf16ps, Sapphire Rapids on;
+//   kernels/cpu_isa.h, kAmx): the attention half of `--prefill-gemm=bfloat16`
+//   and `int8` (docs/quantized-weights.md, "Prompt GEMM precision") where
+//   the CPU has them, head size 64;
+// - bfloat16 products on CPUs with AVX512_BF16 (vdpbf16ps): the same, where
+//   vdpbf16ps outpaces FMA (AMD's CPUs: kernels/cpu_isa.h,
+//   bf16_dot_outpaces_fma);
 // - float32 products on the other AVX-512F CPUs (Ice Lake, Skylake-SP, and
 //   Intel's with AVX512_BF16, where it is the faster of the two), for the
 //   same prompt precisions: more exact than the bfloat16 kernel, and 1.3x
@@ -15,7 +18,7 @@
 // the linears moved to the bfloat16 GEMM (perf, stop 24's note). Its bfloat16
 // variant is no faster on this CPU.
 //
-// Numbers (bfloat16 kernel): q·scale, k, v and the softmax weights are
+// Numbers (both bfloat16 kernels): q·scale, k, v and the softmax weights are
 // rounded to bfloat16 (round to nearest even); every product is accumulated in float32, the
 // running max, the softmax sums and the output stay float32 (the online
 // softmax of FlashAttention: one pass over the keys). Keys a query may not see
@@ -41,6 +44,15 @@ bool has_prefill_attention_bf16(int64_t head_dim);
 at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   double scale);
 
+// Whether prefill_attention_amx runs here: AMX (kernels/cpu_isa.h, kAmx,
+// not capped by SNAPSERVE_CPU_ISA) and head size 64. (At 128 the outputs of
+// 16 rows need all 8 tile registers; that shape keeps the other kernels.)
+bool has_prefill_attention_amx(int64_t head_dim);
+
+// As prefill_attention_bf16, the same roundings, the products on AMX tiles.
+at::Tensor prefill_attention_amx(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 double scale);
+
 // Whether prefill_attention_f32 runs here: a kernel ISA of avx512 or wider
 // (kernels/cpu_isa.h) and head size 64 or 128.
 bool has_prefill_attention_f32(int64_t head_dim);
@@ -52,13 +64,17 @@ at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const
 
 namespace cpu {
 
-// Both kernels' sizes: rows_padded is rows rounded up to whole item groups
-// (prefill_attention_group_rows), tiles the 32-key tiles of the keys.
+// The kernels' sizes: a work item is group_rows query rows of one head
+// (prefill_attention_group_rows for the AVX-512 kernels, 16 for AMX's
+// tiles), rows_padded is rows rounded up to whole groups, tiles the 32-key
+// tiles of the keys.
 struct AttentionShape {
-  int64_t heads = 0, kv_heads = 0, rows = 0, rows_padded = 0, keys = 0, tiles = 0, dim = 0;
+  int64_t heads = 0, kv_heads = 0, rows = 0, rows_padded = 0, keys = 0, tiles = 0, dim = 0,
+          group_rows = 0;
 };
 
-// Operands laid out for vdpbf16ps (prefill_attention.cc packs them):
+// Operands laid out for vdpbf16ps and tdpbf16ps (prefill_attention.cc packs
+// them):
 // q_pairs [H][rows_padded][D/2] bf16 pairs of q·scale (as uint32);
 // k_tiles [Hkv][tiles][D/2][32 keys][2] bf16 (a tile is 32 keys, padded with 0);
 // v_pairs [Hkv][tiles·16][D][2] bf16: keys 2s and 2s + 1 side by side.
@@ -77,11 +93,11 @@ struct PackedAttentionF32 : AttentionShape {
   const float* v_rows = nullptr;
 };
 
-// Rows of query head h in groups of prefill_attention_group_rows(D). Items
-// are head-major; within a head they alternate between the first and the
-// last groups not yet taken (0, G-1, 1, G-2, ...), so any run of items holds
-// cheap (early) and dear (late) rows of the causal triangle alike and the
-// threads' contiguous shares cost the same even when a head is split.
+// Rows per work item of the AVX-512 kernels (the AMX kernel's:
+// kAmxGroupRows). Items are head-major; within a head they alternate
+// between the first and the last groups not yet taken (0, G-1, 1, G-2, ...), so any run of items
+// holds cheap (early) and dear (late) rows of the causal triangle alike and the threads' contiguous
+// shares cost the same even when a head is split.
 int64_t prefill_attention_group_rows(int64_t head_dim);
 
 // dst[i] = bfloat16 bits of src[i] * scale, rounded to nearest even (as
@@ -91,6 +107,10 @@ void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, 
                                   float* out);
 void prefill_attention_avx512(const PackedAttentionF32& p, int64_t item_begin, int64_t item_end,
                               float* out);
+// Rows per work item of the AMX kernel: one tile's 16 rows.
+inline constexpr int64_t kAmxGroupRows = 16;
+void prefill_attention_amx(const PackedAttention& p, int64_t item_begin, int64_t item_end,
+                           float* out);
 
 }  // namespace cpu
 

@@ -1,7 +1,7 @@
-// What the AVX-512 prompt attention kernels (prefill_attention_cpu_avx512bf16.cc,
-// prefill_attention_cpu_avx512.cc) share: the work items' order and the
-// online-softmax step of one query row against one tile of keys. Internal to
-// kernels/.
+// What the prompt attention kernels (prefill_attention_cpu_avx512bf16.cc,
+// prefill_attention_cpu_avx512.cc, prefill_attention_cpu_amx.cc) share: the
+// work items' order and the online-softmax step of one query row against one
+// tile of keys. Internal to kernels/.
 #pragma once
 
 #include <cstdint>
@@ -59,17 +59,17 @@ struct RowSoftmax {
 // how many of the tile's keys the row may see (causality; the zero padding
 // past the last key lies after every position). Where a visible score
 // passes the running max by more than kHeadroom (always on the row's first
-// tile, whose key 0 every row sees), the max moves to the tile's and the
-// row's kVecs output accumulators and its sums are rescaled by
-// exp(old max - new max). Returns the tile's weights exp(score - max) in p0,
-// p1: exactly 0 for the keys the row may not see. The sums take them in.
+// tile, whose key 0 every row sees), the max moves to the tile's, the sums
+// are rescaled by exp(old max - new max), and that factor is returned: the
+// caller rescales the row's outputs by it (1 when the max stayed). Returns
+// the tile's weights exp(score - max) in p0, p1: exactly 0 for the keys the
+// row may not see. The sums take them in.
 // kBf16Weights: the weights will be rounded to bfloat16 (the bfloat16
-// kernel), so exp2_for_bf16_weights_avx512 is precise enough; else the
+// kernels), so exp2_for_bf16_weights_avx512 is precise enough; else the
 // float32 kernel's full-precision exp.
-template <int kVecs, bool kBf16Weights>
-__attribute__((target("avx512f,avx512dq,fma"))) inline void softmax_tile_row(
-    __m512 s0, __m512 s1, int64_t seen, RowSoftmax& row, __m512 (&acc)[kVecs], __m512& p0,
-    __m512& p1) {
+template <bool kBf16Weights>
+__attribute__((target("avx512f,avx512dq,fma"))) inline float softmax_tile_weights(
+    __m512 s0, __m512 s1, int64_t seen, RowSoftmax& row, __m512& p0, __m512& p1) {
   __mmask16 m0 = 0xFFFF, m1 = 0xFFFF;
   if (seen < 32) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -80,15 +80,14 @@ __attribute__((target("avx512f,avx512dq,fma"))) inline void softmax_tile_row(
   const __m512 ceiling = _mm512_set1_ps(row.max + kHeadroom);
   const __mmask16 up0 = _mm512_mask_cmp_ps_mask(m0, s0, ceiling, _CMP_GT_OQ);
   const __mmask16 up1 = _mm512_mask_cmp_ps_mask(m1, s1, ceiling, _CMP_GT_OQ);
+  float factor = 1.0f;
   if ((up0 | up1) != 0) {
     const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     const float tile_max = _mm512_reduce_max_ps(
         _mm512_max_ps(_mm512_mask_mov_ps(ninf, m0, s0), _mm512_mask_mov_ps(ninf, m1, s1)));
-    const __m512 sc = _mm512_set1_ps(std::exp(row.max - tile_max));
-    _mm512_store_ps(row.sums, _mm512_mul_ps(_mm512_load_ps(row.sums), sc));
+    factor = std::exp(row.max - tile_max);
+    _mm512_store_ps(row.sums, _mm512_mul_ps(_mm512_load_ps(row.sums), _mm512_set1_ps(factor)));
     row.max = tile_max;
-#pragma GCC unroll 8
-    for (int j = 0; j < kVecs; ++j) acc[j] = _mm512_mul_ps(acc[j], sc);
   }
   if constexpr (kBf16Weights) {
     // 2^(score · log2 e - max · log2 e), one FMA for the argument. The
@@ -108,6 +107,21 @@ __attribute__((target("avx512f,avx512dq,fma"))) inline void softmax_tile_row(
     p1 = _mm512_maskz_mov_ps(m1, p1);
   }
   _mm512_store_ps(row.sums, _mm512_add_ps(_mm512_load_ps(row.sums), _mm512_add_ps(p0, p1)));
+  return factor;
+}
+
+// softmax_tile_weights for a row whose kVecs output accumulators live in
+// registers: they are rescaled here when the max moved.
+template <int kVecs, bool kBf16Weights>
+__attribute__((target("avx512f,avx512dq,fma"))) inline void softmax_tile_row(
+    __m512 s0, __m512 s1, int64_t seen, RowSoftmax& row, __m512 (&acc)[kVecs], __m512& p0,
+    __m512& p1) {
+  const float factor = softmax_tile_weights<kBf16Weights>(s0, s1, seen, row, p0, p1);
+  if (factor != 1.0f) {
+    const __m512 sc = _mm512_set1_ps(factor);
+#pragma GCC unroll 8
+    for (int j = 0; j < kVecs; ++j) acc[j] = _mm512_mul_ps(acc[j], sc);
+  }
 }
 
 #endif  // __x86_64__

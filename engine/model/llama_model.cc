@@ -250,13 +250,16 @@ at::Tensor LlamaModel::ChunkAttention(const at::Tensor& q, const at::Tensor& k, 
   };
   const bool window = config_.sliding_window > 0 && start + rows > config_.sliding_window;
   // The lower prompt precisions (bfloat16, int8) cover attention's
-  // products too (kernels/prefill_attention.h): bfloat16 products where the
-  // CPU multiplies them faster than float32 (kernels/cpu_isa.h,
-  // bf16_dot_outpaces_fma), else our float32 kernel. LibTorch's float32
-  // flash attention stays for float32 prompts (the exact path), other
-  // devices and Mistral's window.
+  // products too (kernels/prefill_attention.h): bfloat16 products on AMX
+  // tiles, or by vdpbf16ps where the CPU multiplies those faster than
+  // float32 (kernels/cpu_isa.h, bf16_dot_outpaces_fma), else our float32
+  // kernel. LibTorch's float32 flash attention stays for float32 prompts
+  // (the exact path), other devices and Mistral's window.
   if (float_prefill_gemm() == kernels::PrefillGemm::kBFloat16 && device_.is_cpu() && !window &&
       q.scalar_type() == at::kFloat) {
+    if (kernels::has_prefill_attention_amx(D)) {
+      return kernels::prefill_attention_amx(q, k, v, scale);
+    }
     if (kernels::has_prefill_attention_bf16(D) && kernels::bf16_dot_outpaces_fma()) {
       return kernels::prefill_attention_bf16(q, k, v, scale);
     }

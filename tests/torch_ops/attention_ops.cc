@@ -1,5 +1,6 @@
 // Exposes the prompt attention kernels (kernels/prefill_attention.h) as
-// torch.ops.snapserve.prefill_attention_bf16 and prefill_attention_f32, for
+// torch.ops.snapserve.prefill_attention_bf16, prefill_attention_amx and
+// prefill_attention_f32, for
 // bench/attention_kernels.py
 // (its time alone, without the model around it) and for pytest.
 #include <torch/library.h>
@@ -27,6 +28,9 @@ at::Tensor prefill_attention_f32_op(const at::Tensor& q, const at::Tensor& k, co
 TORCH_LIBRARY_FRAGMENT(snapserve, m) {
   m.def("prefill_attention_bf16(Tensor q, Tensor k, Tensor v, float scale) -> Tensor",
         &prefill_attention_bf16_op);
+  // The kernel itself refuses a CPU without AMX, naming what it needs.
+  m.def("prefill_attention_amx(Tensor q, Tensor k, Tensor v, float scale) -> Tensor",
+        &snapserve::kernels::prefill_attention_amx);
   m.def("prefill_attention_f32(Tensor q, Tensor k, Tensor v, float scale) -> Tensor",
         &prefill_attention_f32_op);
 }

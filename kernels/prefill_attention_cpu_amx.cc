@@ -1,0 +1,219 @@
+// The AMX tile loop of kernels/prefill_attention.h (head size 64).
+//
+// A work item is 16 query rows of one head: the rows of one tile. The eight
+// tile registers, each 16 rows of 64 bytes, hold:
+//   tmm0, tmm1  the rows' scores against keys 0-15 and 16-31 of a key tile
+//               (float32);
+//   tmm2        q's rows, 32 head dimensions (bf16 pairs), then the rows'
+//               weights of the tile's 32 keys (bf16);
+//   tmm3        k's tile, 16 head-dimension pairs x 16 keys, then v's,
+//               16 key pairs x 16 head dimensions;
+//   tmm4-tmm7   the rows' outputs, 16 head dimensions each (float32), for
+//               the whole key loop.
+// Keys come in tiles of 32, as in the AVX-512 kernels:
+//   1. scores: four tdpbf16ps (two key halves x two halves of the head);
+//   2. the scores go to memory, and each row takes the online-softmax step
+//      the other kernels take (prefill_attention_cpu_common.h) in AVX-512
+//      registers, its weights rounded to bf16 by one vcvtne2ps2bf16;
+//   3. where a row's max moved past the headroom (rare after a row's first
+//      tile), the outputs go to memory, are rescaled per row and come back;
+//   4. weights · V: four tdpbf16ps, one per 16 output dimensions.
+// A row's numbers depend only on its own q and on the keys up to its
+// position, in tiles fixed by the key positions, whatever rows share its
+// item: tdpbf16ps sums each output element from its own row and column, and
+// tiles a row may not see add weights of exactly 0 (so the chunked prefill
+// keeps a prompt's numbers, as prefill_attention_test checks).
+#include "kernels/prefill_attention.h"
+
+#if defined(__x86_64__)
+#include "kernels/avx512_intrinsics.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/prefill_attention_cpu_common.h"
+
+namespace snapserve::kernels::cpu {
+
+namespace {
+
+#define SNAPSERVE_AMX \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+
+// The tile configuration ldtilecfg reads (palette 1): every register 16
+// rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+constexpr int kTileRows = 16, kTileBytes = 64;
+
+TileConfig AllTilesFull() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.bytes_per_row[t] = kTileBytes;
+    c.rows[t] = kTileRows;
+  }
+  return c;
+}
+
+// The tile instructions, written out: GCC 12's intrinsics tell the compiler
+// neither that a tile load reads memory nor that ldtilecfg reads all 64
+// bytes, so stores just before them could be moved past them.
+void load_config(const TileConfig& c) { asm volatile("ldtilecfg %0" ::"m"(c)); }
+void release_tiles() { asm volatile("tilerelease" ::: "memory"); }
+template <int kTile>
+void tile_zero() {
+  asm volatile("tilezero %%tmm%c0" ::"i"(kTile));
+}
+template <int kTile>
+void tile_load(const void* base, int64_t stride_bytes) {
+  asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride_bytes), "i"(kTile)
+               : "memory");
+}
+template <int kTile>
+void tile_store(void* base, int64_t stride_bytes) {
+  asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(stride_bytes), "i"(kTile)
+               : "memory");
+}
+// c += a · b: a's rows are bf16 pairs along the summed dimension, b's rows
+// are pairs of that dimension by 16 columns.
+template <int kC, int kA, int kB>
+void tile_dot_bf16() {
+  asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(kC), "i"(kA), "i"(kB));
+}
+
+// Output tiles 4-7 to and from `outs` [16 rows][64 dims].
+void store_outputs(float (&outs)[kTileRows][64]) {
+  constexpr int64_t stride = 64 * sizeof(float);
+  tile_store<4>(&outs[0][0], stride);
+  tile_store<5>(&outs[0][16], stride);
+  tile_store<6>(&outs[0][32], stride);
+  tile_store<7>(&outs[0][48], stride);
+}
+void load_outputs(const float (&outs)[kTileRows][64]) {
+  constexpr int64_t stride = 64 * sizeof(float);
+  tile_load<4>(&outs[0][0], stride);
+  tile_load<5>(&outs[0][16], stride);
+  tile_load<6>(&outs[0][32], stride);
+  tile_load<7>(&outs[0][48], stride);
+}
+
+SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t row0, float* out) {
+  constexpr int kDim = 64, kPairs = kDim / 2;
+  const int64_t group = pa.heads / pa.kv_heads, kv = head / group;
+  const int64_t first_pos = pa.keys - pa.rows;  // position of query row 0
+  const int64_t valid = std::min<int64_t>(kTileRows, pa.rows - row0);
+  const int64_t last_pos = first_pos + row0 + valid - 1;
+  const int64_t tiles = last_pos / kTileKeys + 1;
+  const uint32_t* q = pa.q_pairs + (head * pa.rows_padded + row0) * kPairs;
+  const uint16_t* kt = pa.k_tiles + kv * pa.tiles * kPairs * kTileKeys * 2;
+  const uint16_t* vp = pa.v_pairs + kv * pa.tiles * (kTileKeys / 2) * kDim * 2;
+  // Row strides in bytes: q's rows (kPairs pairs), a k tile's pair rows (32
+  // keys x 2), v's key-pair rows (kDim x 2), the scores' and weights' rows.
+  constexpr int64_t q_stride = kPairs * 4, k_stride = kTileKeys * 4, v_stride = kDim * 4;
+  constexpr int64_t score_stride = kTileKeys * sizeof(float), weight_stride = kTileKeys * 2;
+
+  alignas(64) float scores[kTileRows][kTileKeys];
+  alignas(64) uint16_t weights[kTileRows][kTileKeys];
+  alignas(64) float outs[kTileRows][kDim];
+  RowSoftmax rows[kTileRows];
+  float factors[kTileRows];
+
+  tile_zero<4>();
+  tile_zero<5>();
+  tile_zero<6>();
+  tile_zero<7>();
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    // 1. scores = q · k of keys 0-15 (tmm0) and 16-31 (tmm1).
+    const uint16_t* kp = kt + tile * kPairs * kTileKeys * 2;
+    const uint16_t* kp_upper = kp + (kPairs / 2) * kTileKeys * 2;  // head dims 32-63
+    tile_zero<0>();
+    tile_zero<1>();
+    tile_load<2>(q, q_stride);
+    tile_load<3>(kp, k_stride);
+    tile_dot_bf16<0, 2, 3>();
+    tile_load<3>(kp + 32, k_stride);
+    tile_dot_bf16<1, 2, 3>();
+    tile_load<2>(q + kPairs / 2, q_stride);
+    tile_load<3>(kp_upper, k_stride);
+    tile_dot_bf16<0, 2, 3>();
+    tile_load<3>(kp_upper + 32, k_stride);
+    tile_dot_bf16<1, 2, 3>();
+    tile_store<0>(&scores[0][0], score_stride);
+    tile_store<1>(&scores[0][16], score_stride);
+
+    // 2. the online softmax, row by row.
+    const int64_t key0 = tile * kTileKeys;
+    bool moved = false;
+    for (int i = 0; i < kTileRows; ++i) {
+      __m512 p0, p1;
+      factors[i] =
+          softmax_tile_weights<true>(_mm512_load_ps(scores[i]), _mm512_load_ps(scores[i] + 16),
+                                     first_pos + row0 + i - key0 + 1, rows[i], p0, p1);
+      moved |= factors[i] != 1.0f;
+      _mm512_store_si512(weights[i], __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(p1, p0)));
+    }
+    // 3. rescaled outputs; on the first tile they are still 0.
+    if (moved && tile > 0) {
+      store_outputs(outs);
+      for (int i = 0; i < kTileRows; ++i) {
+        const __m512 f = _mm512_set1_ps(factors[i]);
+        for (int j = 0; j < kDim; j += 16) {
+          _mm512_store_ps(outs[i] + j, _mm512_mul_ps(_mm512_load_ps(outs[i] + j), f));
+        }
+      }
+      load_outputs(outs);
+    }
+    // 4. outputs += weights · v, 16 head dimensions per tile.
+    const uint16_t* vt = vp + tile * (kTileKeys / 2) * kDim * 2;
+    tile_load<2>(&weights[0][0], weight_stride);
+    tile_load<3>(vt, v_stride);
+    tile_dot_bf16<4, 2, 3>();
+    tile_load<3>(vt + 32, v_stride);
+    tile_dot_bf16<5, 2, 3>();
+    tile_load<3>(vt + 64, v_stride);
+    tile_dot_bf16<6, 2, 3>();
+    tile_load<3>(vt + 96, v_stride);
+    tile_dot_bf16<7, 2, 3>();
+  }
+  store_outputs(outs);
+  for (int64_t i = 0; i < valid; ++i) {
+    const __m512 inv = _mm512_set1_ps(1.0f / rows[i].sum());
+    float* dst = out + (head * pa.rows + row0 + i) * kDim;
+    for (int j = 0; j < kDim; j += 16) {
+      _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_load_ps(outs[i] + j), inv));
+    }
+  }
+}
+
+}  // namespace
+
+void prefill_attention_amx(const PackedAttention& p, int64_t item_begin, int64_t item_end,
+                           float* out) {
+  // The configuration is per thread; this call may run on any of the pool's.
+  static const TileConfig config = AllTilesFull();
+  load_config(config);
+  for (int64_t item = item_begin; item < item_end; ++item) {
+    for_item(item, p.rows_padded, kAmxGroupRows,
+             [&](int64_t head, int64_t row0) { attend_rows(p, head, row0, out); });
+  }
+  release_tiles();
+}
+
+}  // namespace snapserve::kernels::cpu
+
+#else
+
+namespace snapserve::kernels::cpu {
+// Never called off x86-64: has_prefill_attention_amx is false there.
+void prefill_attention_amx(const PackedAttention&, int64_t, int64_t, float*) {}
+}  // namespace snapserve::kernels::cpu
+
+#endif

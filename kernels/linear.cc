@@ -10,11 +10,30 @@
 
 #include "kernels/checks.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/linear_cpu_tiles.h"
 #include "kernels/quant_dot.h"
 
 namespace snapserve::kernels {
 
 namespace {
+
+// x (float32) rounded to bfloat16, to nearest even, for the bfloat16 GEMM:
+// by vcvtneps2bf16 where the CPU has it, else by ATen. ATen's conversion takes
+// its AVX2 path (no such instruction there): 4.9 % of a 2,048-token prefill's
+// samples on an AMX Xeon against 3.1 % for this (perf,
+// docs/quantized-weights.md, "Prompt attention on AMX tiles"). The two agree
+// but for subnormal inputs, which vcvtneps2bf16 takes as 0.
+at::Tensor to_bfloat16(const at::Tensor& x) {
+  if (!has_avx512_bf16()) return x.to(at::kBFloat16);
+  const at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty(xc.sizes(), xc.options().dtype(at::kBFloat16));
+  const float* src = xc.const_data_ptr<float>();
+  auto* dst = static_cast<uint16_t*>(out.data_ptr());
+  at::parallel_for(0, xc.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    cpu::round_rows_to_bf16_avx512bf16(src + begin, end - begin, dst + begin);
+  });
+  return out;
+}
 
 // Float32 weight rows widened or decoded per GEMM call at large m: ~2 MiB, so
 // a slice stays in cache between its widening and its use.
@@ -29,7 +48,7 @@ at::Tensor linear_large(const at::Tensor& x, int64_t n, int64_t k, PrefillGemm g
                         const Slice& slice) {
   const int64_t m = x.size(0);
   const bool bf16 = gemm == PrefillGemm::kBFloat16;
-  const at::Tensor xg = bf16 ? x.to(at::kBFloat16) : x;
+  const at::Tensor xg = bf16 ? to_bfloat16(x) : x;
   auto product = [&](const at::Tensor& w) {
     return bf16 ? at::linear(xg, w.to(at::kBFloat16)).to(at::kFloat) : at::linear(xg, w);
   };
@@ -83,7 +102,7 @@ at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w, PrefillGemm 
     if (w.scalar_type() == at::kFloat && gemm == PrefillGemm::kFloat32) return at::linear(xc, w);
     if (w.scalar_type() == at::kBFloat16 && gemm == PrefillGemm::kBFloat16) {
       // Already in the GEMM's precision: one product, no slices to stage.
-      return at::linear(xc.to(at::kBFloat16), w).to(at::kFloat);
+      return at::linear(to_bfloat16(xc), w).to(at::kFloat);
     }
     // A bfloat16 slice stays bfloat16 for the bfloat16 GEMM.
     const at::ScalarType slice_dtype =

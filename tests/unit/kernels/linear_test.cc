@@ -129,6 +129,21 @@ TEST(LinearBf16Dot, OnlyBFloat16WeightsAtDecodeSizedM) {
   EXPECT_TRUE(at::equal(Bf16Dot(prompt, wb), linear_float32(prompt, wb)));
 }
 
+// PrefillGemm::kBFloat16 at prompt-sized m: x and the weights rounded to
+// bfloat16 the way ATen rounds them (x by vcvtneps2bf16 where the CPU has
+// it), then LibTorch's GEMM. Against ATen's own rounding and GEMM, bit for
+// bit: normal inputs round the same way on every path (odd sizes: the
+// conversion's tail).
+TEST(LinearPrefillBf16, EqualsLibTorchOnAtenRoundedOperands) {
+  at::manual_seed(6);
+  for (const at::ScalarType wt : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor w = at::randn({77, 131}).to(wt);
+    const at::Tensor x = at::randn({kLinearSmallRows + 9, 131});
+    const at::Tensor want = at::linear(x.to(at::kBFloat16), w.to(at::kBFloat16)).to(at::kFloat);
+    EXPECT_TRUE(at::equal(linear_float32(x, w, PrefillGemm::kBFloat16), want)) << wt;
+  }
+}
+
 TEST(Linear, EmptyInputs) {
   const at::Tensor w = at::randn({4, 8}).to(at::kBFloat16);
   EXPECT_EQ(linear_float32(at::randn({0, 8}), w).sizes(), (at::IntArrayRef{0, 4}));

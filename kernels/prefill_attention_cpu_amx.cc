@@ -90,23 +90,22 @@ void tile_dot_bf16() {
 }
 
 // Output tiles 4-7 to and from `outs` [16 rows][64 dims].
+constexpr int64_t kOutStride = 64 * sizeof(float);
 void store_outputs(float (&outs)[kTileRows][64]) {
-  constexpr int64_t stride = 64 * sizeof(float);
-  tile_store<4>(&outs[0][0], stride);
-  tile_store<5>(&outs[0][16], stride);
-  tile_store<6>(&outs[0][32], stride);
-  tile_store<7>(&outs[0][48], stride);
+  tile_store<4>(&outs[0][0], kOutStride);
+  tile_store<5>(&outs[0][16], kOutStride);
+  tile_store<6>(&outs[0][32], kOutStride);
+  tile_store<7>(&outs[0][48], kOutStride);
 }
 void load_outputs(const float (&outs)[kTileRows][64]) {
-  constexpr int64_t stride = 64 * sizeof(float);
-  tile_load<4>(&outs[0][0], stride);
-  tile_load<5>(&outs[0][16], stride);
-  tile_load<6>(&outs[0][32], stride);
-  tile_load<7>(&outs[0][48], stride);
+  tile_load<4>(&outs[0][0], kOutStride);
+  tile_load<5>(&outs[0][16], kOutStride);
+  tile_load<6>(&outs[0][32], kOutStride);
+  tile_load<7>(&outs[0][48], kOutStride);
 }
 
 SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t row0, float* out) {
-  constexpr int kDim = 64, kPairs = kDim / 2;
+  constexpr int64_t kDim = 64, kPairs = kDim / 2, kKeys = kTileKeys;
   const int64_t group = pa.heads / pa.kv_heads, kv = head / group;
   const int64_t first_pos = pa.keys - pa.rows;  // position of query row 0
   const int64_t valid = std::min<int64_t>(kTileRows, pa.rows - row0);
@@ -117,8 +116,8 @@ SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t 
   const uint16_t* vp = pa.v_pairs + kv * pa.tiles * (kTileKeys / 2) * kDim * 2;
   // Row strides in bytes: q's rows (kPairs pairs), a k tile's pair rows (32
   // keys x 2), v's key-pair rows (kDim x 2), the scores' and weights' rows.
-  constexpr int64_t q_stride = kPairs * 4, k_stride = kTileKeys * 4, v_stride = kDim * 4;
-  constexpr int64_t score_stride = kTileKeys * sizeof(float), weight_stride = kTileKeys * 2;
+  constexpr int64_t kQStride = kPairs * 4, kKStride = kKeys * 4, kVStride = kDim * 4;
+  constexpr int64_t kScoreStride = kKeys * sizeof(float), kWeightStride = kKeys * 2;
 
   alignas(64) float scores[kTileRows][kTileKeys];
   alignas(64) uint16_t weights[kTileRows][kTileKeys];
@@ -133,21 +132,21 @@ SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t 
   for (int64_t tile = 0; tile < tiles; ++tile) {
     // 1. scores = q · k of keys 0-15 (tmm0) and 16-31 (tmm1).
     const uint16_t* kp = kt + tile * kPairs * kTileKeys * 2;
-    const uint16_t* kp_upper = kp + (kPairs / 2) * kTileKeys * 2;  // head dims 32-63
+    const uint16_t* kp_upper = kp + (kPairs / 2) * kKeys * 2;  // head dims 32-63
     tile_zero<0>();
     tile_zero<1>();
-    tile_load<2>(q, q_stride);
-    tile_load<3>(kp, k_stride);
+    tile_load<2>(q, kQStride);
+    tile_load<3>(kp, kKStride);
     tile_dot_bf16<0, 2, 3>();
-    tile_load<3>(kp + 32, k_stride);
+    tile_load<3>(kp + 32, kKStride);
     tile_dot_bf16<1, 2, 3>();
-    tile_load<2>(q + kPairs / 2, q_stride);
-    tile_load<3>(kp_upper, k_stride);
+    tile_load<2>(q + kPairs / 2, kQStride);
+    tile_load<3>(kp_upper, kKStride);
     tile_dot_bf16<0, 2, 3>();
-    tile_load<3>(kp_upper + 32, k_stride);
+    tile_load<3>(kp_upper + 32, kKStride);
     tile_dot_bf16<1, 2, 3>();
-    tile_store<0>(&scores[0][0], score_stride);
-    tile_store<1>(&scores[0][16], score_stride);
+    tile_store<0>(&scores[0][0], kScoreStride);
+    tile_store<1>(&scores[0][16], kScoreStride);
 
     // 2. the online softmax, row by row.
     const int64_t key0 = tile * kTileKeys;
@@ -173,14 +172,14 @@ SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t 
     }
     // 4. outputs += weights · v, 16 head dimensions per tile.
     const uint16_t* vt = vp + tile * (kTileKeys / 2) * kDim * 2;
-    tile_load<2>(&weights[0][0], weight_stride);
-    tile_load<3>(vt, v_stride);
+    tile_load<2>(&weights[0][0], kWeightStride);
+    tile_load<3>(vt, kVStride);
     tile_dot_bf16<4, 2, 3>();
-    tile_load<3>(vt + 32, v_stride);
+    tile_load<3>(vt + 32, kVStride);
     tile_dot_bf16<5, 2, 3>();
-    tile_load<3>(vt + 64, v_stride);
+    tile_load<3>(vt + 64, kVStride);
     tile_dot_bf16<6, 2, 3>();
-    tile_load<3>(vt + 96, v_stride);
+    tile_load<3>(vt + 96, kVStride);
     tile_dot_bf16<7, 2, 3>();
   }
   store_outputs(outs);

@@ -106,14 +106,8 @@ void load_outputs(const float (&outs)[kTileRows][64]) {
 
 SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t row0, float* out) {
   constexpr int64_t kDim = 64, kPairs = kDim / 2, kKeys = kTileKeys;
-  const int64_t group = pa.heads / pa.kv_heads, kv = head / group;
-  const int64_t first_pos = pa.keys - pa.rows;  // position of query row 0
-  const int64_t valid = std::min<int64_t>(kTileRows, pa.rows - row0);
-  const int64_t last_pos = first_pos + row0 + valid - 1;
-  const int64_t tiles = last_pos / kTileKeys + 1;
-  const uint32_t* q = pa.q_pairs + (head * pa.rows_padded + row0) * kPairs;
-  const uint16_t* kt = pa.k_tiles + kv * pa.tiles * kPairs * kTileKeys * 2;
-  const uint16_t* vp = pa.v_pairs + kv * pa.tiles * (kTileKeys / 2) * kDim * 2;
+  const auto [first_pos, valid, tiles] = item_rows(pa, row0, kTileRows);
+  const auto [q, kt, vp] = bf16_operands<kDim>(pa, head, row0);
   // Row strides in bytes: q's rows (kPairs pairs), a k tile's pair rows (32
   // keys x 2), v's key-pair rows (kDim x 2), the scores' and weights' rows.
   constexpr int64_t kQStride = kPairs * 4, kKStride = kKeys * 4, kVStride = kDim * 4;

@@ -46,10 +46,9 @@ SNAPSERVE_AVX512 void attend_tiles(const PackedAttentionF32& pa, int64_t head, i
                                    RowState<kDim> (&state)[kRows]) {
   constexpr int kVecs = kDim / 16;
   const int64_t group = pa.heads / pa.kv_heads, kv = head / group;
-  const int64_t first_pos = pa.keys - pa.rows;  // position of query row 0
-  const int64_t valid = std::min<int64_t>(kRows, pa.rows - row0);
-  const int64_t last_pos = first_pos + row0 + valid - 1;
-  tile_end = std::min(tile_end, last_pos / kTileKeys + 1);
+  const ItemRows item = item_rows(pa, row0, kRows);
+  const int64_t first_pos = item.first_pos;
+  tile_end = std::min(tile_end, item.tiles);
   if (tile_begin >= tile_end) return;
   const float* q = pa.q + (head * pa.rows_padded + row0) * kDim;
   const float* kt = pa.k_tiles + kv * pa.tiles * kDim * kTileKeys;

@@ -43,14 +43,8 @@ SNAPSERVE_BF16 inline __m512bh broadcast_pair(uint32_t pair) {
 template <int kDim, int kRows>
 SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t row0, float* out) {
   constexpr int kPairs = kDim / 2, kVecs = kDim / 16;
-  const int64_t group = pa.heads / pa.kv_heads, kv = head / group;
-  const int64_t first_pos = pa.keys - pa.rows;  // position of query row 0
-  const int64_t valid = std::min<int64_t>(kRows, pa.rows - row0);
-  const int64_t last_pos = first_pos + row0 + valid - 1;
-  const int64_t tiles = last_pos / kTileKeys + 1;
-  const uint32_t* q = pa.q_pairs + (head * pa.rows_padded + row0) * kPairs;
-  const uint16_t* kt = pa.k_tiles + kv * pa.tiles * kPairs * kTileKeys * 2;
-  const uint16_t* vp = pa.v_pairs + kv * pa.tiles * (kTileKeys / 2) * kDim * 2;
+  const auto [first_pos, valid, tiles] = item_rows(pa, row0, kRows);
+  const auto [q, kt, vp] = bf16_operands<kDim>(pa, head, row0);
 
   __m512 acc[kRows][kVecs];
   RowSoftmax rows[kRows];

@@ -4,12 +4,14 @@
 // tile of keys. Internal to kernels/.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+
+#include "kernels/prefill_attention.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -29,6 +31,35 @@ inline void for_item(int64_t item, int64_t rows_padded, int64_t group_rows, cons
   const int64_t i = item % groups;
   const int64_t group = i % 2 == 0 ? i / 2 : groups - 1 - i / 2;
   fn(item / groups, group * group_rows);
+}
+
+// Where a work item's rows sit: the chunk's query row 0 is at position
+// first_pos; the item's first `valid` rows are real (the last item of a head
+// may be short); its last real row sees the keys of the first `tiles` tiles.
+struct ItemRows {
+  int64_t first_pos = 0, valid = 0, tiles = 0;
+};
+inline ItemRows item_rows(const AttentionShape& s, int64_t row0, int64_t group_rows) {
+  ItemRows r;
+  r.first_pos = s.keys - s.rows;
+  r.valid = std::min(group_rows, s.rows - row0);
+  r.tiles = (r.first_pos + row0 + r.valid - 1) / kTileKeys + 1;
+  return r;
+}
+
+// The bfloat16 operands of the item at (head, row0) of dimension kDim: its
+// q rows, and the k tiles and v pairs of the KV head that head reads.
+struct Bf16Operands {
+  const uint32_t* q;
+  const uint16_t* k_tiles;
+  const uint16_t* v_pairs;
+};
+template <int64_t kDim>
+inline Bf16Operands bf16_operands(const PackedAttention& pa, int64_t head, int64_t row0) {
+  const int64_t kv = head / (pa.heads / pa.kv_heads);
+  return {pa.q_pairs + (head * pa.rows_padded + row0) * (kDim / 2),
+          pa.k_tiles + kv * pa.tiles * (kDim / 2) * kTileKeys * 2,
+          pa.v_pairs + kv * pa.tiles * (kTileKeys / 2) * kDim * 2};
 }
 
 #if defined(__x86_64__)

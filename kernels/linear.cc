@@ -102,7 +102,7 @@ at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w, PrefillGemm 
     if (w.scalar_type() == at::kFloat && gemm == PrefillGemm::kFloat32) return at::linear(xc, w);
     if (w.scalar_type() == at::kBFloat16 && gemm == PrefillGemm::kBFloat16) {
       // Already in the GEMM's precision: one product, no slices to stage.
-      return at::linear(to_bfloat16(xc), w).to(at::kFloat);
+      return linear_bf16_gemm(xc, w).to(at::kFloat);
     }
     // A bfloat16 slice stays bfloat16 for the bfloat16 GEMM.
     const at::ScalarType slice_dtype =
@@ -134,6 +134,14 @@ at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w, PrefillGemm 
   const at::Tensor xr = dot == DecodeDot::kBFloat16 ? xc.to(at::kBFloat16).to(at::kFloat) : xc;
   cpu::linear_rows_small(xr, rows, n, out);
   return out;
+}
+
+at::Tensor linear_bf16_gemm(const at::Tensor& x, const at::Tensor& w) {
+  check_activations(x);
+  check_shape(w, "w", {-1, x.size(1)});
+  TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.is_cpu() && w.is_contiguous(),
+              "linear_bf16_gemm: expected a contiguous bfloat16 CPU weight");
+  return at::linear(to_bfloat16(x.contiguous()), w);
 }
 
 at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w, QuantDot dot,

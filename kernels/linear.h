@@ -37,6 +37,13 @@ at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w,
                           PrefillGemm gemm = PrefillGemm::kFloat32,
                           DecodeDot dot = DecodeDot::kFloat32);
 
+// The bfloat16 GEMM of linear_float32 (PrefillGemm::kBFloat16, a bfloat16 w
+// [N, K], prompt-sized x [M, K] float32) with its product left in bfloat16:
+// linear_float32 returns exactly this, widened. For a consumer that widens
+// as it reads (silu_mul), so that a large product's float32 copy is never
+// written (docs/quantized-weights.md, "Prompt attention on AMX tiles").
+at::Tensor linear_bf16_gemm(const at::Tensor& x, const at::Tensor& w);
+
 // How decode-sized m multiplies GGUF blocks: QuantDot (quant_blocks.h).
 // Prompt-sized m decodes slices for the GEMM `gemm` picks.
 // The same with w [N, K] kept in GGUF blocks.

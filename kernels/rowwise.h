@@ -31,7 +31,10 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 void rope_rotate_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // gate_up [m, 2 * inter] float32 contiguous (gate columns first): returns
-// silu(gate) * up as a new [m, inter] float32 tensor.
+// silu(gate) * up as a new [m, inter] float32 tensor. gate_up may also be
+// bfloat16 (the bfloat16 prompt GEMM's product, kernels/linear.h,
+// linear_bf16_gemm): each row is widened as it is read, with the float32
+// input's bits, so the product's float32 copy is never written.
 at::Tensor silu_mul(const at::Tensor& gate_up);
 
 namespace cpu {

@@ -175,6 +175,16 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
   return at::linear(x, d);
 }
 
+at::Tensor LlamaModel::LinearWidenedLater(const at::Tensor& x, const LinearWeight& w) const {
+  // Linear's choice, in its order: the panels come first.
+  const bool prompt = x.size(0) > kernels::kLinearSmallRows;
+  if (prompt && w.panels_for(x.size(0)).empty() && w.prefill_bf16.defined() &&
+      float_prefill_gemm() == kernels::PrefillGemm::kBFloat16) {
+    return kernels::linear_bf16_gemm(x, w.prefill_bf16);
+  }
+  return Linear(x, w);
+}
+
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
   // As transformers' LlamaRMSNorm: statistics in float32, scale in the compute
   // dtype. x is the float32 residual stream; the result feeds a matmul.
@@ -194,9 +204,13 @@ void LlamaModel::AddLinear(at::Tensor& h, const at::Tensor& x, const LinearWeigh
 }
 
 void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& x) const {
+  // The fused SwiGLU reads a bfloat16 GEMM product as it is: [m, 2 *
+  // intermediate], the layer's largest output (kernels/rowwise.h).
+  if (FusedRowwise(x)) {
+    return AddLinear(h, kernels::silu_mul(LinearWidenedLater(x, l.gate_up)), l.down);
+  }
   at::Tensor gate_up = Linear(x, l.gate_up);  // [m, 2 * intermediate]
   const int64_t inter = config_.intermediate;
-  if (FusedRowwise(gate_up)) return AddLinear(h, kernels::silu_mul(gate_up), l.down);
   at::Tensor act = at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter);
   AddLinear(h, act, l.down);
 }

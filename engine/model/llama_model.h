@@ -138,6 +138,9 @@ class LlamaModel {
  private:
   // x [m, in] in the compute dtype, w [out, in] -> [m, out].
   at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const;
+  // Linear, except that the bfloat16 prompt GEMM's product stays bfloat16
+  // (kernels::linear_bf16_gemm), for a consumer that widens it as it reads.
+  at::Tensor LinearWidenedLater(const at::Tensor& x, const LinearWeight& w) const;
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   // h += x · wᵀ (h the float32 residual rows): in the int8 panels' own
   // store where x's batch has panels (no intermediate tensor, no separate

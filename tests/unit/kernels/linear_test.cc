@@ -141,6 +141,11 @@ TEST(LinearPrefillBf16, EqualsLibTorchOnAtenRoundedOperands) {
     const at::Tensor x = at::randn({kLinearSmallRows + 9, 131});
     const at::Tensor want = at::linear(x.to(at::kBFloat16), w.to(at::kBFloat16)).to(at::kFloat);
     EXPECT_TRUE(at::equal(linear_float32(x, w, PrefillGemm::kBFloat16), want)) << wt;
+    if (wt == at::kBFloat16) {  // the same product, left in bfloat16
+      const at::Tensor kept = linear_bf16_gemm(x, w);
+      EXPECT_EQ(kept.scalar_type(), at::kBFloat16);
+      EXPECT_TRUE(at::equal(kept.to(at::kFloat), want));
+    }
   }
 }
 

@@ -126,11 +126,24 @@ TEST(SiluMul, RowResultIndependentOfBatch) {
   }
 }
 
+// A bfloat16 gate_up (the bfloat16 GEMM's product, kept unwidened) gives
+// the bits of its float32 widening, on every path (odd widths: the tails).
+TEST(SiluMul, BFloat16InputEqualsItsWidening) {
+  at::manual_seed(5);
+  for (int64_t inter : {1, 7, 1536, 1539}) {
+    const at::Tensor gate_up = (at::randn({70, 2 * inter}) * 4).to(at::kBFloat16);
+    const at::Tensor got = silu_mul(gate_up);
+    EXPECT_EQ(got.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(got, silu_mul(gate_up.to(at::kFloat)))) << "inter=" << inter;
+  }
+}
+
 TEST(Rowwise, RejectsWrongInputsWithAMessage) {
   const at::Tensor x = at::randn({2, 8});
   EXPECT_THROW(rms_norm(x.to(at::kDouble), at::ones({8}), 1e-5), c10::Error);
   EXPECT_THROW(rms_norm(x, at::ones({7}), 1e-5), c10::Error);
   EXPECT_THROW(silu_mul(at::randn({2, 7})), c10::Error);
+  EXPECT_THROW(silu_mul(at::randn({2, 8}).to(at::kHalf)), c10::Error);
   at::Tensor odd = at::randn({2, 1, 7});
   EXPECT_THROW(rope_rotate_(odd, at::randn({2, 7}), at::randn({2, 7})), c10::Error);
   at::Tensor ok = at::randn({2, 1, 8});

@@ -3,10 +3,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <bit>
+#include <c10/util/BFloat16.h>
+
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "kernels/checks.h"
 #include "kernels/cpu_isa.h"
@@ -92,6 +92,33 @@ void rope_rotate_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   });
 }
 
+namespace {
+
+float ToFloat(float v) { return v; }
+float ToFloat(uint16_t bf16_bits) {
+  return static_cast<float>(c10::BFloat16(bf16_bits, c10::BFloat16::from_bits()));
+}
+
+// silu_mul's rows from float32 or bfloat16 gate_up [m, 2 * inter].
+template <typename T>
+void SiluMulRows(const T* src, int64_t m, int64_t inter, float* dst) {
+  const bool simd = cpu_isa() != CpuIsa::kPortable;
+  at::parallel_for(0, m, RowGrain(inter), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* gate = src + r * 2 * inter;
+      const T* up = gate + inter;
+      float* o = dst + r * inter;
+      if (simd && cpu::silu_mul_row_avx2(gate, up, inter, o)) continue;
+      for (int64_t i = 0; i < inter; ++i) {
+        const float g = ToFloat(gate[i]);
+        o[i] = g / (1.0f + std::exp(-g)) * ToFloat(up[i]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
 at::Tensor silu_mul(const at::Tensor& gate_up) {
   TORCH_CHECK(gate_up.is_cpu(), "gate_up: expected a CPU tensor");
   const bool bf16 = gate_up.scalar_type() == at::kBFloat16;
@@ -102,32 +129,12 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   const int64_t m = gate_up.size(0), inter = gate_up.size(1) / 2;
   TORCH_CHECK(gate_up.size(1) % 2 == 0, "gate_up: expected an even column count");
   at::Tensor out = at::empty({m, inter}, gate_up.options().dtype(at::kFloat));
-  const void* src = gate_up.const_data_ptr();
   float* dst = out.data_ptr<float>();
-  const bool simd = cpu_isa() != CpuIsa::kPortable;
-  at::parallel_for(0, m, RowGrain(inter), [&](int64_t begin, int64_t end) {
-    // A bfloat16 row widened (exactly) into this task's scratch.
-    std::vector<float> widened(bf16 ? 2 * inter : 0);
-    for (int64_t r = begin; r < end; ++r) {
-      const float* gate;
-      if (bf16) {
-        const auto* row = static_cast<const uint16_t*>(src) + r * 2 * inter;
-        for (int64_t i = 0; i < 2 * inter; ++i) {
-          widened[i] = std::bit_cast<float>(static_cast<uint32_t>(row[i]) << 16);
-        }
-        gate = widened.data();
-      } else {
-        gate = static_cast<const float*>(src) + r * 2 * inter;
-      }
-      const float* up = gate + inter;
-      float* o = dst + r * inter;
-      if (simd && cpu::silu_mul_row_avx2(gate, up, inter, o)) continue;
-      for (int64_t i = 0; i < inter; ++i) {
-        const float g = gate[i];
-        o[i] = g / (1.0f + std::exp(-g)) * up[i];
-      }
-    }
-  });
+  if (bf16) {
+    SiluMulRows(static_cast<const uint16_t*>(gate_up.const_data_ptr()), m, inter, dst);
+  } else {
+    SiluMulRows(gate_up.const_data_ptr<float>(), m, inter, dst);
+  }
   return out;
 }
 

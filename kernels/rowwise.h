@@ -42,6 +42,9 @@ namespace cpu {
 // simd::exp_avx2 (within 1 ulp of expf); returns false where the CPU path is
 // portable (rowwise_cpu_avx2.cc).
 bool silu_mul_row_avx2(const float* gate, const float* up, int64_t n, float* out);
+// The same on bfloat16 gate and up, widened as they are read: the bits of
+// the float32 call on their widening.
+bool silu_mul_row_avx2(const uint16_t* gate, const uint16_t* up, int64_t n, float* out);
 
 // RMSNorm's sum of squares in double, in the one order every path uses: 16
 // partial sums (element i goes to partial i % 16 while 16 remain), folded as

@@ -2,7 +2,9 @@
 // lanes at a time; the tail falls back to libm like the portable loop.
 #include "kernels/rowwise.h"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -13,22 +15,48 @@
 namespace snapserve::kernels::cpu {
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) bool silu_mul_row_avx2(const float* gate, const float* up,
-                                                       int64_t n, float* out) {
+namespace {
+
+// Eight floats from float32 or bfloat16 (widened exactly: the bits shifted up).
+__attribute__((target("avx2"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2"))) inline __m256 load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float load1(float v) { return v; }
+inline float load1(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
+
+template <typename T>
+__attribute__((target("avx2"))) void silu_mul_row(const T* gate, const T* up, int64_t n,
+                                                  float* out) {
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 g = load8(gate + i);
     const __m256 e = simd::exp_avx2(_mm256_xor_ps(g, sign));
     const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, load8(up + i)));
   }
-  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  for (; i < n; ++i) {
+    const float g = load1(gate[i]);
+    out[i] = g / (1.0f + std::exp(-g)) * load1(up[i]);
+  }
+}
+
+}  // namespace
+
+bool silu_mul_row_avx2(const float* gate, const float* up, int64_t n, float* out) {
+  silu_mul_row(gate, up, n, out);
+  return true;
+}
+bool silu_mul_row_avx2(const uint16_t* gate, const uint16_t* up, int64_t n, float* out) {
+  silu_mul_row(gate, up, n, out);
   return true;
 }
 #else  // not x86-64: cpu_isa() is always kPortable, this is never called
 bool silu_mul_row_avx2(const float*, const float*, int64_t, float*) { return false; }
+bool silu_mul_row_avx2(const uint16_t*, const uint16_t*, int64_t, float*) { return false; }
 #endif
 
 }  // namespace snapserve::kernels::cpu

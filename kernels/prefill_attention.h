@@ -44,9 +44,10 @@ bool has_prefill_attention_bf16(int64_t head_dim);
 at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   double scale);
 
-// Whether prefill_attention_amx runs here: AMX (kernels/cpu_isa.h, kAmx,
-// not capped by SNAPSERVE_CPU_ISA) and head size 64. (At 128 the outputs of
-// 16 rows need all 8 tile registers; that shape keeps the other kernels.)
+// Whether prefill_attention_amx runs here: the ISA level amx
+// (kernels/cpu_isa.h: AMX tiles, and no SNAPSERVE_CPU_ISA cap below it) and
+// head size 64. (At 128 the outputs of 16 rows would need all 8 tile
+// registers; that shape keeps the other kernels.)
 bool has_prefill_attention_amx(int64_t head_dim);
 
 // As prefill_attention_bf16, the same roundings, the products on AMX tiles.

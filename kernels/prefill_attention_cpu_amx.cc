@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/prefill_attention_cpu_common.h"
 
 namespace snapserve::kernels::cpu {
@@ -41,53 +42,7 @@ namespace {
 #define SNAPSERVE_AMX \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
 
-// The tile configuration ldtilecfg reads (palette 1): every register 16
-// rows of 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
-constexpr int kTileRows = 16, kTileBytes = 64;
-
-TileConfig AllTilesFull() {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.bytes_per_row[t] = kTileBytes;
-    c.rows[t] = kTileRows;
-  }
-  return c;
-}
-
-// The tile instructions, written out: GCC 12's intrinsics tell the compiler
-// neither that a tile load reads memory nor that ldtilecfg reads all 64
-// bytes, so stores just before them could be moved past them.
-void load_config(const TileConfig& c) { asm volatile("ldtilecfg %0" ::"m"(c)); }
-void release_tiles() { asm volatile("tilerelease" ::: "memory"); }
-template <int kTile>
-void tile_zero() {
-  asm volatile("tilezero %%tmm%c0" ::"i"(kTile));
-}
-template <int kTile>
-void tile_load(const void* base, int64_t stride_bytes) {
-  asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride_bytes), "i"(kTile)
-               : "memory");
-}
-template <int kTile>
-void tile_store(void* base, int64_t stride_bytes) {
-  asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(stride_bytes), "i"(kTile)
-               : "memory");
-}
-// c += a · b: a's rows are bf16 pairs along the summed dimension, b's rows
-// are pairs of that dimension by 16 columns.
-template <int kC, int kA, int kB>
-void tile_dot_bf16() {
-  asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(kC), "i"(kA), "i"(kB));
-}
+using namespace amx;  // NOLINT(google-build-using-namespace): the tile vocabulary
 
 // Output tiles 4-7 to and from `outs` [16 rows][64 dims].
 constexpr int64_t kOutStride = 64 * sizeof(float);
@@ -191,7 +146,7 @@ SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t 
 void prefill_attention_amx(const PackedAttention& p, int64_t item_begin, int64_t item_end,
                            float* out) {
   // The configuration is per thread; this call may run on any of the pool's.
-  static const TileConfig config = AllTilesFull();
+  static const TileConfig config = all_tiles_full();
   load_config(config);
   for (int64_t item = item_begin; item < item_end; ++item) {
     for_item(item, p.rows_padded, kAmxGroupRows,

@@ -7,6 +7,7 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/linear.h"
 #include "kernels/prefill_attention.h"
+#include "kernels/prefill_gemm_amx.h"
 #include "kernels/prefill_gemm_int8.h"
 #include "kernels/quant_matrix.h"
 #include "kernels/rowwise.h"
@@ -121,9 +122,21 @@ void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
       const bool copy = cpu && gemm != kernels::PrefillGemm::kFloat32 && !prompt_panels;
       if (!copy) {
         w->prefill_bf16 = at::Tensor();
+        w->prefill_amx = at::Tensor();
+        continue;
+      }
+      if (w->prefill_amx.defined()) {
+        repacked_bytes_ += static_cast<int64_t>(w->prefill_amx.nbytes());
         continue;
       }
       if (!w->prefill_bf16.defined()) w->prefill_bf16 = BFloat16Copy(*w);
+      // On AMX the tiles' layout replaces the row-major copy.
+      if (kernels::amx_gemm_fits(w->rows(), w->cols())) {
+        w->prefill_amx = kernels::pack_amx_weight(w->prefill_bf16);
+        w->prefill_bf16 = at::Tensor();
+        repacked_bytes_ += static_cast<int64_t>(w->prefill_amx.nbytes());
+        continue;
+      }
       // A bfloat16 dense weight is its own "copy": no extra bytes.
       if (!w->prefill_bf16.is_same(w->dense)) {
         repacked_bytes_ += static_cast<int64_t>(w->prefill_bf16.nbytes());
@@ -155,6 +168,9 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
     return PartColumns(
         panels, [&](const kernels::Int8Panels& p) { return kernels::linear_int8_panels(x, p); });
   }
+  if (prompt && w.prefill_amx.defined()) {
+    return kernels::linear_amx(x, w.prefill_amx, kernels::AmxOut::kFloat32);
+  }
   if (prompt && w.prefill_bf16.defined()) {
     return kernels::linear_float32(x, w.prefill_bf16, float_prefill_gemm());
   }
@@ -178,6 +194,9 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
 at::Tensor LlamaModel::LinearWidenedLater(const at::Tensor& x, const LinearWeight& w) const {
   // Linear's choice, in its order: the panels come first.
   const bool prompt = x.size(0) > kernels::kLinearSmallRows;
+  if (prompt && w.panels_for(x.size(0)).empty() && w.prefill_amx.defined()) {
+    return kernels::linear_amx(x, w.prefill_amx, kernels::AmxOut::kBFloat16);
+  }
   if (prompt && w.panels_for(x.size(0)).empty() && w.prefill_bf16.defined() &&
       float_prefill_gemm() == kernels::PrefillGemm::kBFloat16) {
     return kernels::linear_bf16_gemm(x, w.prefill_bf16);
@@ -198,6 +217,11 @@ void LlamaModel::AddLinear(at::Tensor& h, const at::Tensor& x, const LinearWeigh
   const std::vector<kernels::Int8Panels>& panels = w.panels_for(x.size(0));
   if (panels.size() == 1 && h.is_contiguous() && h.scalar_type() == at::kFloat) {
     kernels::linear_int8_panels_add_(h, x, panels[0]);
+    return;
+  }
+  if (panels.empty() && w.prefill_amx.defined() && x.size(0) > kernels::kLinearSmallRows &&
+      h.is_contiguous() && h.scalar_type() == at::kFloat) {
+    kernels::linear_amx_add_(h, x.contiguous(), w.prefill_amx);
     return;
   }
   h.add_(Linear(x, w));

@@ -38,6 +38,9 @@ struct LinearWeight {
   // GEMMs under --prefill-gemm=bfloat16 (LlamaModel::set_prefill_gemm) so no
   // chunk decodes and rounds the weights again; undefined otherwise.
   at::Tensor prefill_bf16;
+  // The same rounding laid out as AMX tiles (kernels/prefill_gemm_amx.h),
+  // in place of prefill_bf16, where the CPU has AMX-BF16 and the shape fits.
+  at::Tensor prefill_amx;
   // Parts repacked for int8 products (kernels/prefill_gemm_int8.h), one per
   // part, when every part's type has them (LlamaModel::set_prefill_gemm):
   // byte panels for prompts under --prefill-gemm=int8, and panels for

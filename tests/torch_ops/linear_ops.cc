@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "kernels/linear.h"
+#include "kernels/prefill_gemm_amx.h"
 #include "kernels/prefill_gemm_int8.h"
 #include "kernels/quant_matrix.h"
 
@@ -61,6 +62,21 @@ at::Tensor LinearInt8PanelsAdd(at::Tensor out, const at::Tensor& x, const at::Te
   return out;
 }
 
+// The AMX prompt GEMM (kernels/prefill_gemm_amx.h) on w packed per call;
+// w [n, k] is packed per call (or comes packed: 4-D); out: "float32",
+// "bfloat16" or "add" (h += x · wᵀ, returns h).
+at::Tensor LinearAmx(at::Tensor h, const at::Tensor& x, const at::Tensor& w,
+                     const std::string& out) {
+  TORCH_CHECK(out == "float32" || out == "bfloat16" || out == "add",
+              "out: expected float32, bfloat16 or add, got ", out);
+  const at::Tensor packed = w.dim() == 4 ? w : pack_amx_weight(w);  // packed already
+  if (out == "add") {
+    linear_amx_add_(h, x, packed);
+    return h;
+  }
+  return linear_amx(x, packed, out == "float32" ? AmxOut::kFloat32 : AmxOut::kBFloat16);
+}
+
 }  // namespace
 }  // namespace snapserve::kernels
 
@@ -78,4 +94,9 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
       "linear_int8_panels_add_(Tensor(a!) out, Tensor x, Tensor blocks, int ggml_type, int cols, "
       "str isa, bool nibbles) -> Tensor(a!)",
       &snapserve::kernels::LinearInt8PanelsAdd);
+  m.def("has_amx_gemm(int n, int k) -> bool",
+        [](int64_t n, int64_t k) { return snapserve::kernels::amx_gemm_fits(n, k); });
+  m.def("pack_amx_weight(Tensor w) -> Tensor", &snapserve::kernels::pack_amx_weight);
+  m.def("linear_amx(Tensor(a!) h, Tensor x, Tensor w, str out) -> Tensor",
+        &snapserve::kernels::LinearAmx);
 }

@@ -1,0 +1,83 @@
+// The bfloat16 prompt GEMM on AMX tiles: y = round_bf16(x) · wᵀ, products of
+// bfloat16 pairs summed in float32 by tdpbf16ps, for prompt-sized x under
+// PrefillGemm::kBFloat16 (kernels/prefill_gemm.h) on CPUs with AMX-BF16.
+//
+// Why our own and not oneDNN's (through at::linear): alone, on the default
+// model's shapes, this kernel is not faster (1.8-2.2 against oneDNN's
+// 2.3-2.6 TFLOP/s on two AMX cores), but in the model a 2,048-token prefill
+// got 1.13-1.22x faster with it, because around oneDNN's GEMM went
+//   - rounding x to bf16 in a pass of its own (here: while packing x's tiles,
+//     in the GEMM's parallel region, each thread its own rows);
+//   - a bf16 product widened to float32 in another pass, and for o_proj and
+//     down an add into the residual in a third (here: the epilogue writes
+//     float32, adds into h, or writes bf16);
+//   - an uneven split of the rows between the two threads: the second
+//     thread spun in libgomp for 31 % of its samples (here: 32-row blocks,
+//     split evenly).
+// The weight is packed once at load as the tiles tdpbf16ps reads.
+// docs/quantized-weights.md, "The prompt GEMM on AMX tiles".
+//
+// Numbers: every output element is the float32 sum of its k products in one
+// fixed order (32-wide steps along k, tdpbf16ps's pairs within), whatever m
+// is and however rows are split between threads, so a row's bits do not
+// depend on the rows beside it (batching invariance and chunked prefill keep
+// holding).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace snapserve::kernels {
+
+// The output block of one tile loop: 32 rows x 32 columns (2 x 2 tiles).
+inline constexpr int64_t kAmxGemmBlock = 32;
+
+// Whether a weight [n, k] can take this GEMM: AMX-BF16 usable (cpu_isa at
+// kAmx), n a multiple of 32 and k of 32.
+bool amx_gemm_fits(int64_t n, int64_t k);
+
+// w [n, k] float32 or bfloat16 (the nn.Linear layout), rounded to bfloat16
+// (to nearest even) and laid out as tdpbf16ps's B tiles:
+// [n / 16][k / 32][16 pairs along k][16 columns][2], bfloat16.
+at::Tensor pack_amx_weight(const at::Tensor& w);
+
+// What the GEMM does with its float32 product.
+enum class AmxOut {
+  kFloat32,   // returns it as a new [m, n] float32 tensor
+  kBFloat16,  // returns it rounded to bfloat16 (to nearest even)
+};
+
+// x [m, k] float32 (rounded to bfloat16 here) or bfloat16, CPU; packed from
+// pack_amx_weight. Returns [m, n].
+at::Tensor linear_amx(const at::Tensor& x, const at::Tensor& packed, AmxOut out);
+
+// h [m, n] float32, contiguous: h += x · wᵀ, the product added as it leaves
+// the tiles (no [m, n] temporary).
+void linear_amx_add_(at::Tensor& h, const at::Tensor& x, const at::Tensor& packed);
+
+namespace cpu {
+
+// Where one call's product goes (prefill_gemm_cpu_amx.cc).
+enum class AmxEpilogue { kStoreFloat32, kAddFloat32, kStoreBFloat16 };
+
+struct AmxGemmArgs {
+  const uint16_t* x = nullptr;  // pack_amx_rows' tiles of x, rows past m zero
+  const uint16_t* w = nullptr;  // pack_amx_weight's layout
+  void* out = nullptr;          // [m, n] float32 or bf16 (epilogue)
+  int64_t m = 0, n = 0, k = 0;
+  AmxEpilogue epilogue = AmxEpilogue::kStoreFloat32;
+};
+
+// Rows [row0, row1) of x [m, k] (float32 x, rounded to bfloat16 to nearest
+// even, or bfloat16 x_bf16) into dst as tiles of 16 rows x 32 k values:
+// [rows / 16][k / 32][16][32] bf16; rows at or past m are zero. row0 and row1
+// are multiples of 16.
+void pack_amx_rows(const float* x, const uint16_t* x_bf16, int64_t m, int64_t k, int64_t row0,
+                   int64_t row1, uint16_t* dst);
+
+// Output blocks [block_begin, block_end) of the (m_padded / 32) x (n / 32)
+// grid, numbered row block major; on one pool thread.
+void gemm_amx_blocks(const AmxGemmArgs& a, int64_t row_block_begin, int64_t row_block_end,
+                     int64_t col_block_begin, int64_t col_block_end);
+
+}  // namespace cpu
+}  // namespace snapserve::kernels

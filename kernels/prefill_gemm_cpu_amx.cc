@@ -1,0 +1,144 @@
+// The tile loop of kernels/prefill_gemm_amx.h.
+//
+// One output block is 32 rows x 32 columns in four float32 tiles, summed
+// over k in steps of 32:
+//   tmm0-tmm3  the block's sums: rows 0-15 / 16-31 x columns 0-15 / 16-31;
+//   tmm4-tmm5  x's rows 0-15 and 16-31, 32 k values (16 bf16 pairs) each,
+//              packed by pack_amx_rows as 1 KiB tiles (row-major x's 16 rows
+//              lie 2k bytes apart, which the loads and prefetchers took
+//              worse);
+//   tmm6-tmm7  the weight's 16 pairs along k x 16 columns, for columns 0-15
+//              and 16-31: 1 KiB each, contiguous in the packed layout.
+// Each step loads four tiles and issues four tdpbf16ps. The blocks of a
+// thread go column block by column block over a run of row blocks whose
+// activations fit in L2 (kChunkBytes), so each weight tile is read from
+// memory once per run and x's tiles come from L2.
+#include "kernels/prefill_gemm_amx.h"
+
+#if defined(__x86_64__)
+#include "kernels/avx512_intrinsics.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/amx_tiles.h"
+
+namespace snapserve::kernels::cpu {
+
+namespace {
+
+#define SNAPSERVE_AMX_GEMM \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+
+constexpr int64_t kBlock = kAmxGemmBlock, kHalf = 16, kStep = 32;
+// A weight tile: 16 pairs x 16 columns x 2 bf16.
+constexpr int64_t kWeightTile = 16 * 16 * 2;
+// The activations of one run of row blocks, in bytes (L2 is 1-2 MiB).
+constexpr int64_t kChunkBytes = 512 * 1024;
+SNAPSERVE_AMX_GEMM void store_block(const AmxGemmArgs& a, int64_t row0, int64_t col0,
+                                    const float (&c)[kBlock][kBlock]) {
+  const int64_t rows = std::min(kBlock, a.m - row0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const __m512 lo = _mm512_load_ps(c[r]), hi = _mm512_load_ps(c[r] + 16);
+    const int64_t at = (row0 + r) * a.n + col0;
+    switch (a.epilogue) {
+      case AmxEpilogue::kStoreFloat32: {
+        float* dst = static_cast<float*>(a.out) + at;
+        _mm512_storeu_ps(dst, lo);
+        _mm512_storeu_ps(dst + 16, hi);
+        break;
+      }
+      case AmxEpilogue::kAddFloat32: {
+        float* dst = static_cast<float*>(a.out) + at;
+        _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(dst), lo));
+        _mm512_storeu_ps(dst + 16, _mm512_add_ps(_mm512_loadu_ps(dst + 16), hi));
+        break;
+      }
+      case AmxEpilogue::kStoreBFloat16: {
+        uint16_t* dst = static_cast<uint16_t*>(a.out) + at;
+        _mm512_storeu_si512(dst, __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(hi, lo)));
+        break;
+      }
+    }
+  }
+}
+
+// One 32 x 32 output block: rows row0.., columns col0.. .
+SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t col0) {
+  using namespace amx;  // NOLINT(google-build-using-namespace): the tile vocabulary
+  const int64_t steps = a.k / kStep;
+  // x's tiles, packed as the weight's are: 16 rows x 32 k values, 1 KiB each.
+  const uint16_t* x0 = a.x + (row0 / kHalf) * steps * kWeightTile;
+  const uint16_t* x1 = x0 + steps * kWeightTile;
+  // Column block col0 / 16 and the next: each steps tiles long.
+  const uint16_t* w0 = a.w + (col0 / kHalf) * steps * kWeightTile;
+  const uint16_t* w1 = w0 + steps * kWeightTile;
+  tile_zero<0>();
+  tile_zero<1>();
+  tile_zero<2>();
+  tile_zero<3>();
+  for (int64_t s = 0; s < steps; ++s) {
+    tile_load<4>(x0 + s * kWeightTile, kTileBytes);
+    tile_load<6>(w0 + s * kWeightTile, kTileBytes);
+    tile_dot_bf16<0, 4, 6>();
+    tile_load<7>(w1 + s * kWeightTile, kTileBytes);
+    tile_dot_bf16<1, 4, 7>();
+    tile_load<5>(x1 + s * kWeightTile, kTileBytes);
+    tile_dot_bf16<2, 5, 6>();
+    tile_dot_bf16<3, 5, 7>();
+  }
+  alignas(64) float c[kBlock][kBlock];
+  constexpr int64_t kStride = kBlock * sizeof(float);
+  tile_store<0>(&c[0][0], kStride);
+  tile_store<1>(&c[0][kHalf], kStride);
+  tile_store<2>(&c[kHalf][0], kStride);
+  tile_store<3>(&c[kHalf][kHalf], kStride);
+  store_block(a, row0, col0, c);
+}
+
+}  // namespace
+
+SNAPSERVE_AMX_GEMM void pack_amx_rows(const float* x, const uint16_t* x_bf16, int64_t m, int64_t k,
+                                      int64_t row0, int64_t row1, uint16_t* dst) {
+  const int64_t steps = k / kStep;
+  for (int64_t r = row0; r < row1; ++r) {
+    uint16_t* tile_row = dst + (r / kHalf) * steps * kWeightTile + (r % kHalf) * kStep;
+    for (int64_t s = 0; s < steps; ++s) {
+      __m512i v = _mm512_setzero_si512();
+      if (r < m && x != nullptr) {
+        const float* src = x + r * k + s * kStep;
+        v = __builtin_bit_cast(
+            __m512i, _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + 16), _mm512_loadu_ps(src)));
+      } else if (r < m) {
+        v = _mm512_loadu_si512(x_bf16 + r * k + s * kStep);
+      }
+      _mm512_store_si512(tile_row + s * kWeightTile, v);
+    }
+  }
+}
+
+void gemm_amx_blocks(const AmxGemmArgs& a, int64_t row_block_begin, int64_t row_block_end,
+                     int64_t col_block_begin, int64_t col_block_end) {
+  static const amx::TileConfig config = amx::all_tiles_full();
+  amx::load_config(config);
+  const int64_t run = std::max<int64_t>(1, kChunkBytes / (kBlock * a.k * 2));
+  for (int64_t rb0 = row_block_begin; rb0 < row_block_end; rb0 += run) {
+    const int64_t rb1 = std::min(row_block_end, rb0 + run);
+    for (int64_t cb = col_block_begin; cb < col_block_end; ++cb) {
+      for (int64_t rb = rb0; rb < rb1; ++rb) gemm_block(a, rb * kBlock, cb * kBlock);
+    }
+  }
+  amx::release_tiles();
+}
+
+}  // namespace snapserve::kernels::cpu
+
+#else
+
+namespace snapserve::kernels::cpu {
+// Never called off x86-64: amx_gemm_fits is false there.
+void pack_amx_rows(const float*, const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint16_t*) {}
+void gemm_amx_blocks(const AmxGemmArgs&, int64_t, int64_t, int64_t, int64_t) {}
+}  // namespace snapserve::kernels::cpu
+
+#endif

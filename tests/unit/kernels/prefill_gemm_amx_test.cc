@@ -1,0 +1,119 @@
+// The AMX prompt GEMM (kernels/prefill_gemm_amx.h) against a float64 product
+// of the same bfloat16-rounded operands, on the model's shapes and on row
+// counts that are not multiples of its 32-row blocks; its three outputs
+// against each other; a row's bits against the rows beside it; refusals.
+#include "kernels/prefill_gemm_amx.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace snapserve::kernels {
+namespace {
+
+class PrefillGemmAmxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!amx_gemm_fits(32, 32)) {
+      GTEST_SKIP() << "no AMX-BF16 on this CPU or under this SNAPSERVE_CPU_ISA cap";
+    }
+    at::manual_seed(7);
+  }
+};
+
+// x · wᵀ in float64 over x and w rounded to bfloat16 (to nearest even, as
+// the kernel rounds them).
+at::Tensor Reference(const at::Tensor& x, const at::Tensor& w) {
+  return at::matmul(x.to(at::kBFloat16).to(at::kDouble), w.to(at::kBFloat16).to(at::kDouble).t());
+}
+
+// Each product of two bfloat16 values is exact in float32; only the k - 1
+// float32 additions round, so an element may move by at most
+// (k - 1) * 2^-24 * sum_i |x_i w_i| (the usual bound for recursive
+// summation, to first order); the test allows k * 2^-24 of it.
+at::Tensor Bound(const at::Tensor& x, const at::Tensor& w) {
+  const at::Tensor magnitudes = at::matmul(x.to(at::kBFloat16).to(at::kDouble).abs(),
+                                           w.to(at::kBFloat16).to(at::kDouble).abs().t());
+  return magnitudes * (static_cast<double>(x.size(1)) * std::ldexp(1.0, -24));
+}
+
+TEST_F(PrefillGemmAmxTest, MatchesFloat64OnTheModelShapes) {
+  // SmolLM2-135M's q/k/v, o, gate/up and down at prompt sizes, and rows
+  // that leave a partial 32-row block.
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape& s : {Shape{2048, 960, 576}, Shape{300, 576, 576}, Shape{65, 3072, 576},
+                         Shape{100, 576, 1536}, Shape{17, 64, 96}}) {
+    const at::Tensor x = at::randn({s.m, s.k});
+    const at::Tensor w = at::randn({s.n, s.k}) * 0.05;
+    const at::Tensor y = linear_amx(x, pack_amx_weight(w), AmxOut::kFloat32);
+    ASSERT_EQ(y.scalar_type(), at::kFloat);
+    const at::Tensor excess = (y.to(at::kDouble) - Reference(x, w)).abs() - Bound(x, w);
+    EXPECT_LE(excess.max().item<double>(), 0.0) << s.m << " x " << s.n << " x " << s.k;
+  }
+}
+
+TEST_F(PrefillGemmAmxTest, TheBoundHasTeeth) {
+  // Without the rounding of x to bfloat16 (the float32 product of float32
+  // operands) the same check fails: it can tell the operands apart.
+  const at::Tensor x = at::randn({64, 576}), w = at::randn({64, 576}) * 0.05;
+  const at::Tensor float32_product = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+  const at::Tensor excess = (float32_product - Reference(x, w)).abs() - Bound(x, w);
+  EXPECT_GT(excess.max().item<double>(), 0.0);
+}
+
+TEST_F(PrefillGemmAmxTest, BFloat16OutputIsTheFloat32OneRounded) {
+  const at::Tensor x = at::randn({100, 576}), w = at::randn({3072, 576}) * 0.05;
+  const at::Tensor packed = pack_amx_weight(w);
+  const at::Tensor y = linear_amx(x, packed, AmxOut::kFloat32);
+  const at::Tensor yb = linear_amx(x, packed, AmxOut::kBFloat16);
+  ASSERT_EQ(yb.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(yb, y.to(at::kBFloat16)));
+}
+
+TEST_F(PrefillGemmAmxTest, AddIntoHIsHPlusTheProduct) {
+  const at::Tensor x = at::randn({77, 1536}), w = at::randn({576, 1536}) * 0.05;
+  const at::Tensor packed = pack_amx_weight(w);
+  const at::Tensor h0 = at::randn({77, 576});
+  at::Tensor h = h0.clone();
+  linear_amx_add_(h, x, packed);
+  EXPECT_TRUE(at::equal(h, h0 + linear_amx(x, packed, AmxOut::kFloat32)));
+}
+
+TEST_F(PrefillGemmAmxTest, BFloat16InputIsTakenAsItIs) {
+  const at::Tensor x = at::randn({50, 576}), w = at::randn({576, 576}) * 0.05;
+  const at::Tensor packed = pack_amx_weight(w);
+  EXPECT_TRUE(at::equal(linear_amx(x, packed, AmxOut::kFloat32),
+                        linear_amx(x.to(at::kBFloat16), packed, AmxOut::kFloat32)));
+}
+
+TEST_F(PrefillGemmAmxTest, ARowsBitsDoNotDependOnTheRowsBesideIt) {
+  // 300 rows split between threads in 32-row blocks, 70 rows (a partial
+  // block), 5 rows (columns split between threads instead): row i is the
+  // same bits in all three.
+  const at::Tensor x = at::randn({300, 576}), w = at::randn({960, 576}) * 0.05;
+  const at::Tensor packed = pack_amx_weight(w);
+  const at::Tensor all = linear_amx(x, packed, AmxOut::kFloat32);
+  EXPECT_TRUE(at::equal(linear_amx(x.narrow(0, 230, 70).contiguous(), packed, AmxOut::kFloat32),
+                        all.narrow(0, 230, 70)));
+  EXPECT_TRUE(at::equal(linear_amx(x.narrow(0, 3, 5).contiguous(), packed, AmxOut::kFloat32),
+                        all.narrow(0, 3, 5)));
+}
+
+TEST_F(PrefillGemmAmxTest, RefusesWhatItCannotTake) {
+  EXPECT_FALSE(amx_gemm_fits(48, 576));  // n not a multiple of 32
+  EXPECT_FALSE(amx_gemm_fits(64, 40));   // k not a multiple of 32
+  EXPECT_THROW(pack_amx_weight(at::randn({48, 64})), c10::Error);
+  const at::Tensor packed = pack_amx_weight(at::randn({64, 64}));
+  EXPECT_THROW(linear_amx(at::randn({40, 96}), packed, AmxOut::kFloat32), c10::Error);
+  EXPECT_THROW(linear_amx(at::randn({40, 64}).to(at::kDouble), packed, AmxOut::kFloat32),
+               c10::Error);
+  at::Tensor h = at::zeros({40, 32});
+  EXPECT_THROW(linear_amx_add_(h, at::randn({40, 64}), packed), c10::Error);
+}
+
+}  // namespace
+}  // namespace snapserve::kernels

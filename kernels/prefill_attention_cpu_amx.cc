@@ -11,7 +11,9 @@
 //   tmm4-tmm7   the rows' outputs, 16 head dimensions each (float32), for
 //               the whole key loop.
 // Keys come in tiles of 32, as in the AVX-512 kernels:
-//   1. scores: four tdpbf16ps (two key halves x two halves of the head);
+//   1. scores: four tdpbf16ps (two key halves x two halves of the head),
+//      issued one tile ahead: the tile unit computes the next tile's
+//      scores while AVX-512 runs this tile's softmax;
 //   2. the scores go to memory, and each row takes the online-softmax step
 //      the other kernels take (prefill_attention_cpu_common.h) in AVX-512
 //      registers, its weights rounded to bf16 by one vcvtne2ps2bf16;
@@ -59,16 +61,43 @@ void load_outputs(const float (&outs)[kTileRows][64]) {
   tile_load<7>(&outs[0][48], kOutStride);
 }
 
+constexpr int64_t kDim = 64, kPairs = kDim / 2, kKeys = kTileKeys;
+
+// 1. scores = q · k of key tile `tile`'s keys 0-15 (tmm0) and 16-31 (tmm1),
+// stored to `scores`. Uses tmm0-tmm3.
+void tile_scores(const uint32_t* q, const uint16_t* kt, int64_t tile,
+                 float (&scores)[kTileRows][kTileKeys]) {
+  // Row strides in bytes: q's rows (kPairs pairs), a k tile's pair rows (32
+  // keys x 2), the scores' rows.
+  constexpr int64_t kQStride = kPairs * 4, kKStride = kKeys * 4;
+  constexpr int64_t kScoreStride = kKeys * sizeof(float);
+  const uint16_t* kp = kt + tile * kPairs * kTileKeys * 2;
+  const uint16_t* kp_upper = kp + (kPairs / 2) * kKeys * 2;  // head dims 32-63
+  tile_zero<0>();
+  tile_zero<1>();
+  tile_load<2>(q, kQStride);
+  tile_load<3>(kp, kKStride);
+  tile_dot_bf16<0, 2, 3>();
+  tile_load<3>(kp + 32, kKStride);
+  tile_dot_bf16<1, 2, 3>();
+  tile_load<2>(q + kPairs / 2, kQStride);
+  tile_load<3>(kp_upper, kKStride);
+  tile_dot_bf16<0, 2, 3>();
+  tile_load<3>(kp_upper + 32, kKStride);
+  tile_dot_bf16<1, 2, 3>();
+  tile_store<0>(&scores[0][0], kScoreStride);
+  tile_store<1>(&scores[0][16], kScoreStride);
+}
+
 SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t row0, float* out) {
-  constexpr int64_t kDim = 64, kPairs = kDim / 2, kKeys = kTileKeys;
   const auto [first_pos, valid, tiles] = item_rows(pa, row0, kTileRows);
   const auto [q, kt, vp] = bf16_operands<kDim>(pa, head, row0);
-  // Row strides in bytes: q's rows (kPairs pairs), a k tile's pair rows (32
-  // keys x 2), v's key-pair rows (kDim x 2), the scores' and weights' rows.
-  constexpr int64_t kQStride = kPairs * 4, kKStride = kKeys * 4, kVStride = kDim * 4;
-  constexpr int64_t kScoreStride = kKeys * sizeof(float), kWeightStride = kKeys * 2;
+  // Row strides in bytes: v's key-pair rows (kDim x 2), the weights' rows.
+  constexpr int64_t kVStride = kDim * 4, kWeightStride = kKeys * 2;
 
-  alignas(64) float scores[kTileRows][kTileKeys];
+  // Two tiles' scores: the next tile's are computed on the tile unit while
+  // this tile's softmax runs in AVX-512 registers.
+  alignas(64) float scores[2][kTileRows][kTileKeys];
   alignas(64) uint16_t weights[kTileRows][kTileKeys];
   alignas(64) float outs[kTileRows][kDim];
   RowSoftmax rows[kTileRows];
@@ -78,33 +107,19 @@ SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t 
   tile_zero<5>();
   tile_zero<6>();
   tile_zero<7>();
+  tile_scores(q, kt, 0, scores[0]);
   for (int64_t tile = 0; tile < tiles; ++tile) {
-    // 1. scores = q · k of keys 0-15 (tmm0) and 16-31 (tmm1).
-    const uint16_t* kp = kt + tile * kPairs * kTileKeys * 2;
-    const uint16_t* kp_upper = kp + (kPairs / 2) * kKeys * 2;  // head dims 32-63
-    tile_zero<0>();
-    tile_zero<1>();
-    tile_load<2>(q, kQStride);
-    tile_load<3>(kp, kKStride);
-    tile_dot_bf16<0, 2, 3>();
-    tile_load<3>(kp + 32, kKStride);
-    tile_dot_bf16<1, 2, 3>();
-    tile_load<2>(q + kPairs / 2, kQStride);
-    tile_load<3>(kp_upper, kKStride);
-    tile_dot_bf16<0, 2, 3>();
-    tile_load<3>(kp_upper + 32, kKStride);
-    tile_dot_bf16<1, 2, 3>();
-    tile_store<0>(&scores[0][0], kScoreStride);
-    tile_store<1>(&scores[0][16], kScoreStride);
+    if (tile + 1 < tiles) tile_scores(q, kt, tile + 1, scores[(tile + 1) & 1]);
+    const float(&tile_scores_now)[kTileRows][kTileKeys] = scores[tile & 1];
 
     // 2. the online softmax, row by row.
     const int64_t key0 = tile * kTileKeys;
     bool moved = false;
     for (int i = 0; i < kTileRows; ++i) {
       __m512 p0, p1;
-      factors[i] =
-          softmax_tile_weights<true>(_mm512_load_ps(scores[i]), _mm512_load_ps(scores[i] + 16),
-                                     first_pos + row0 + i - key0 + 1, rows[i], p0, p1);
+      factors[i] = softmax_tile_weights<true>(_mm512_load_ps(tile_scores_now[i]),
+                                              _mm512_load_ps(tile_scores_now[i] + 16),
+                                              first_pos + row0 + i - key0 + 1, rows[i], p0, p1);
       moved |= factors[i] != 1.0f;
       _mm512_store_si512(weights[i], __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(p1, p0)));
     }

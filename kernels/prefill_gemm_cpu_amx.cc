@@ -32,9 +32,9 @@ namespace {
 
 constexpr int64_t kBlock = kAmxGemmBlock, kHalf = 16, kStep = 32;
 // A weight tile: 16 pairs x 16 columns x 2 bf16.
-constexpr int64_t kWeightTile = 16 * 16 * 2;
+constexpr int64_t kWeightTile = int64_t{16} * 16 * 2;
 // The activations of one run of row blocks, in bytes (L2 is 1-2 MiB).
-constexpr int64_t kChunkBytes = 512 * 1024;
+constexpr int64_t kChunkBytes = int64_t{512} * 1024;
 SNAPSERVE_AMX_GEMM void store_block(const AmxGemmArgs& a, int64_t row0, int64_t col0,
                                     const float (&c)[kBlock][kBlock]) {
   const int64_t rows = std::min(kBlock, a.m - row0);

@@ -27,7 +27,7 @@ void check_packed(const at::Tensor& packed, int64_t k) {
 }
 
 // Rows [row0, row1) of x into xb as pack_amx_rows lays them out.
-void round_rows(const at::Tensor& x, uint16_t* xb, int64_t row0, int64_t row1) {
+void pack_rows(const at::Tensor& x, uint16_t* xb, int64_t row0, int64_t row1) {
   const bool bf16 = x.scalar_type() == at::kBFloat16;
   cpu::pack_amx_rows(bf16 ? nullptr : x.const_data_ptr<float>(),
                      bf16 ? static_cast<const uint16_t*>(x.const_data_ptr()) : nullptr, x.size(0),
@@ -35,9 +35,9 @@ void round_rows(const at::Tensor& x, uint16_t* xb, int64_t row0, int64_t row1) {
 }
 
 // out (or h) from x · wᵀ with `epilogue`. Rows are split between the pool's
-// threads in 32-row blocks, each thread rounding its own rows first (one
+// threads in 32-row blocks, each thread packing its own rows first (one
 // parallel region, the rows still in cache). With fewer row blocks than
-// threads the columns are split too, after one shared rounding pass.
+// threads the columns are split instead, after one shared packing pass.
 void run(const at::Tensor& x, const at::Tensor& packed, void* out, cpu::AmxEpilogue epilogue) {
   TORCH_CHECK(x.is_cpu() && x.dim() == 2 && x.is_contiguous() &&
                   (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
@@ -59,12 +59,12 @@ void run(const at::Tensor& x, const at::Tensor& packed, void* out, cpu::AmxEpilo
   const int64_t threads = at::get_num_threads();
   if (row_blocks >= threads) {
     at::parallel_for(0, row_blocks, 1, [&](int64_t begin, int64_t end) {
-      round_rows(x, xb_bits, begin * kBlock, end * kBlock);
+      pack_rows(x, xb_bits, begin * kBlock, end * kBlock);
       cpu::gemm_amx_blocks(a, begin, end, 0, col_blocks);
     });
     return;
   }
-  round_rows(x, xb_bits, 0, row_blocks * kBlock);
+  pack_rows(x, xb_bits, 0, row_blocks * kBlock);
   at::parallel_for(0, col_blocks, 1, [&](int64_t begin, int64_t end) {
     cpu::gemm_amx_blocks(a, 0, row_blocks, begin, end);
   });

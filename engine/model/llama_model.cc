@@ -193,12 +193,13 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
 
 at::Tensor LlamaModel::LinearWidenedLater(const at::Tensor& x, const LinearWeight& w) const {
   // Linear's choice, in its order: the panels come first.
-  const bool prompt = x.size(0) > kernels::kLinearSmallRows;
-  if (prompt && w.panels_for(x.size(0)).empty() && w.prefill_amx.defined()) {
+  if (x.size(0) <= kernels::kLinearSmallRows || !w.panels_for(x.size(0)).empty()) {
+    return Linear(x, w);
+  }
+  if (w.prefill_amx.defined()) {
     return kernels::linear_amx(x, w.prefill_amx, kernels::AmxOut::kBFloat16);
   }
-  if (prompt && w.panels_for(x.size(0)).empty() && w.prefill_bf16.defined() &&
-      float_prefill_gemm() == kernels::PrefillGemm::kBFloat16) {
+  if (w.prefill_bf16.defined() && float_prefill_gemm() == kernels::PrefillGemm::kBFloat16) {
     return kernels::linear_bf16_gemm(x, w.prefill_bf16);
   }
   return Linear(x, w);

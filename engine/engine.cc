@@ -31,6 +31,8 @@ at::ScalarType ToScalarType(Dtype dtype) {
       return at::kBFloat16;
     case Dtype::kFloat16:
       return at::kHalf;
+    case Dtype::kInt8:
+      return at::kChar;
     case Dtype::kFloat32:
       break;
   }
@@ -110,6 +112,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (options.threads > 0) at::set_num_threads(options.threads);
+  if (options.dtype == Dtype::kInt8) {
+    return Status::InvalidArgument(
+        "dtype: int8 is a KV cache dtype (--kv-cache-dtype), not a "
+        "model dtype");
+  }
 
   const at::ScalarType dtype = ToScalarType(options.dtype);
   const at::Device device = ToAtDevice(options.device);

@@ -36,6 +36,8 @@ const char* dtype_name(Dtype dtype) {
       return "bfloat16";
     case Dtype::kFloat16:
       return "float16";
+    case Dtype::kInt8:
+      return "int8";
   }
   return "unknown";
 }

@@ -34,8 +34,9 @@ using PrefillGemm = kernels::PrefillGemm;
 using DecodeDot = kernels::DecodeDot;
 
 // A tensor element type: the model's weights and compute, the KV cache's
-// entries.
-enum class Dtype { kFloat32, kBFloat16, kFloat16 };
+// entries. kInt8 is for the KV cache only (CPU: int8 values with a float32
+// scale per 16, kernels/kv_append.h); no model computes in it.
+enum class Dtype { kFloat32, kBFloat16, kFloat16, kInt8 };
 
 // The KV cache dtype when none is chosen: the model's own (float32 keeps the
 // cache exact; a bfloat16 or float16 model's entries are already rounded).

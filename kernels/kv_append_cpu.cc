@@ -6,10 +6,13 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/kv_append.h"
 
 namespace snapserve::kernels::cpu {
@@ -58,6 +61,52 @@ void append_rows(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tenso
 }
 
 }  // namespace
+
+void quantize_kv_row(const float* x, int64_t d, int8_t* q, float* scales) {
+  for (int64_t g = 0; g < d / kKvInt8Group; ++g) {
+    const float* xg = x + g * kKvInt8Group;
+    float amax = 0.0f;
+    for (int64_t j = 0; j < kKvInt8Group; ++j) amax = std::max(amax, std::fabs(xg[j]));
+    const float scale = amax / 127.0f;
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (int64_t j = 0; j < kKvInt8Group; ++j) {
+      const float r = std::nearbyint(xg[j] * inv);
+      q[g * kKvInt8Group + j] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+    }
+    scales[g] = scale;
+  }
+}
+
+void kv_append_int8(at::Tensor& key_cache, at::Tensor& key_scales, at::Tensor& value_cache,
+                    at::Tensor& value_scales, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& slot_mapping) {
+  const int64_t num_tokens = k.size(0);
+  const int64_t num_kv_heads = k.size(1);
+  const int64_t head_dim = k.size(2);
+  const int64_t groups = head_dim / kKvInt8Group;
+  const int64_t block_size = key_cache.size(2);
+  const int64_t* slots = slot_mapping.const_data_ptr<int64_t>();
+  int8_t* kc = key_cache.data_ptr<int8_t>();
+  int8_t* vc = value_cache.data_ptr<int8_t>();
+  float* ks = key_scales.data_ptr<float>();
+  float* vs = value_scales.data_ptr<float>();
+  const float* kin = k.const_data_ptr<float>();
+  const float* vin = v.const_data_ptr<float>();
+  const bool simd = cpu_isa() >= CpuIsa::kAvx512;
+  auto quantize = [&](const float* x, int8_t* q, float* s) {
+    if (!simd || !quantize_kv_row_avx512(x, head_dim, q, s)) quantize_kv_row(x, head_dim, q, s);
+  };
+  at::parallel_for(0, num_tokens * num_kv_heads, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t slot = slots[i / num_kv_heads];
+      if (slot < 0) continue;  // padding token
+      const int64_t row =
+          ((slot / block_size) * num_kv_heads + i % num_kv_heads) * block_size + slot % block_size;
+      quantize(kin + i * head_dim, kc + row * head_dim, ks + row * groups);
+      quantize(vin + i * head_dim, vc + row * head_dim, vs + row * groups);
+    }
+  });
+}
 
 void kv_append(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor& k,
                const at::Tensor& v, const at::Tensor& slot_mapping) {

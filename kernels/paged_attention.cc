@@ -55,7 +55,8 @@ cuda::FloatType float_type(at::ScalarType t) {
 
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& key_cache,
                                   const at::Tensor& value_cache, const at::Tensor& block_tables,
-                                  const at::Tensor& context_lens, double scale) {
+                                  const at::Tensor& context_lens, double scale,
+                                  const at::Tensor& key_scales, const at::Tensor& value_scales) {
   check_shape(q, "q", {-1, -1, -1});
   const int64_t batch = q.size(0);
   const int64_t num_heads = q.size(1);
@@ -68,14 +69,32 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& key_cac
   check_shape(block_tables, "block_tables", {batch, -1});
   check_shape(context_lens, "context_lens", {batch});
   check_float_dtype(q, "q");
-  check_float_dtype(key_cache, "key_cache");
+  const bool int8 = key_cache.scalar_type() == at::kChar;
+  if (int8) {
+    // The int8 cache (kernels/kv_append.h): CPU, a float32 query, the scales.
+    TORCH_CHECK(q.is_cpu() && q.scalar_type() == at::kFloat,
+                "paged_decode_attention: an int8 cache is read on CPU by a float32 q");
+    TORCH_CHECK(head_dim % 16 == 0, "q: head_dim ", head_dim, " is not a multiple of 16");
+    TORCH_CHECK(key_scales.defined() && value_scales.defined(),
+                "paged_decode_attention: an int8 cache needs key_scales and value_scales");
+    check_shape(key_scales, "key_scales", {num_blocks, num_kv_heads, block_size, head_dim / 16});
+    check_shape(value_scales, "value_scales",
+                {num_blocks, num_kv_heads, block_size, head_dim / 16});
+    TORCH_CHECK(key_scales.scalar_type() == at::kFloat &&
+                    value_scales.scalar_type() == at::kFloat && key_scales.is_cpu() &&
+                    value_scales.is_cpu() && key_scales.is_contiguous() &&
+                    value_scales.is_contiguous(),
+                "key_scales/value_scales: expected contiguous float32 CPU tensors");
+  } else {
+    check_float_dtype(key_cache, "key_cache");
+  }
   TORCH_CHECK(value_cache.scalar_type() == key_cache.scalar_type(), "value_cache: expected dtype ",
               key_cache.scalar_type());
   // On CPU a float32 query may read a bfloat16/float16 cache (a bfloat16 model
   // computes in float32 there, llama_model.h); otherwise the dtypes match.
-  TORCH_CHECK(
-      key_cache.scalar_type() == q.scalar_type() || (q.is_cpu() && q.scalar_type() == at::kFloat),
-      "key_cache/value_cache: expected dtype ", q.scalar_type());
+  TORCH_CHECK(int8 || key_cache.scalar_type() == q.scalar_type() ||
+                  (q.is_cpu() && q.scalar_type() == at::kFloat),
+              "key_cache/value_cache: expected dtype ", q.scalar_type());
   TORCH_CHECK(block_tables.scalar_type() == at::kInt, "block_tables: expected int32");
   TORCH_CHECK(context_lens.scalar_type() == at::kInt, "context_lens: expected int32");
   check_same_device(key_cache, "key_cache", q);
@@ -115,7 +134,8 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& key_cac
   }
   TORCH_CHECK(q.is_cpu(), "paged_decode_attention: unsupported device ", q.device());
   check_tables_cpu(tables, lens, num_blocks, block_size);
-  cpu::paged_decode_attention(qc, key_cache, value_cache, tables, lens, scale, out);
+  cpu::paged_decode_attention(qc, key_cache, value_cache, tables, lens, scale, out, key_scales,
+                              value_scales);
   return out;
 }
 

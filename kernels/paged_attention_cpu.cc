@@ -31,6 +31,12 @@ void widen_portable(const T* src, int64_t count, float* dst) {
   for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
+// An int8 cache's values (kernels/kv_append.h): float(q) times the scale of
+// its group of 16, the values Int8Rows (paged_attention_cpu_rows.h) loads.
+void widen_int8(const int8_t* src, const float* scales, int64_t count, float* dst) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(src[i]) * scales[i / 16];
+}
+
 float dot(const float* a, const float* b, int64_t n) {
   // Eight independent partial sums: the compiler may not reorder a single
   // float sum into SIMD lanes (no -ffast-math), but it does vectorize
@@ -117,10 +123,11 @@ FoldBlock16Fn fold_block16_for(int64_t group, int64_t head_dim) {
 }
 
 // T: the cache's element type; Q: the query's and output's (T or float).
+// k_scales / v_scales: an int8 cache's (T = int8_t), else null.
 template <typename T, typename Q>
 void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& value_cache,
          const at::Tensor& block_tables, const at::Tensor& context_lens, float scale,
-         at::Tensor& out) {
+         at::Tensor& out, const float* k_scales = nullptr, const float* v_scales = nullptr) {
   const int64_t batch = q.size(0);
   const int64_t num_heads = q.size(1);
   const int64_t head_dim = q.size(2);
@@ -136,10 +143,13 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
   const int32_t* lens = context_lens.data_ptr<int32_t>();
   Q* out_ptr = out.data_ptr<Q>();
   constexpr bool kIsFloat = std::is_same_v<T, float>;
+  constexpr bool kIsInt8 = std::is_same_v<T, int8_t>;
   const FoldBlockFn fold = fold_block_for(group, head_dim);
-  const FoldBlock16Fn fold16 = fold_block16_for<T>(group, head_dim);
+  const FoldBlock16Fn fold16 = kIsInt8 ? nullptr : fold_block16_for<T>(group, head_dim);
+  // An int8 cache is read in place by the AVX-512 group step, else widened.
+  const bool int8_in_place = kIsInt8 && group_fold(group, head_dim);
   // Rows widened for the portable step of a 16-bit cache.
-  const bool widen = !kIsFloat && fold16 == nullptr;
+  const bool widen = !kIsFloat && fold16 == nullptr && !int8_in_place;
 
   at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
     // Per-thread scratch, reused across the (sequence, head) pairs it handles.
@@ -175,6 +185,17 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
         }
         if constexpr (kIsFloat) {
           fold(hg, k_ptr + offset, v_ptr + offset, n, scores.data(), next_k, next_v);
+        } else if constexpr (kIsInt8) {
+          const float* ks = k_scales + offset / 16;
+          const float* vs = v_scales + offset / 16;
+          if (int8_in_place) {
+            fold_group_int8_avx512(hg, k_ptr + offset, ks, v_ptr + offset, vs, n, scores.data(),
+                                   next_k, next_v);
+          } else {
+            widen_int8(k_ptr + offset, ks, n * head_dim, kbuf.data());
+            widen_int8(v_ptr + offset, vs, n * head_dim, vbuf.data());
+            fold(hg, kbuf.data(), vbuf.data(), n, scores.data(), nullptr, nullptr);
+          }
         } else if (!widen) {
           auto bits = [](const T* p) { return reinterpret_cast<const uint16_t*>(p); };
           fold16(hg, bits(k_ptr + offset), bits(v_ptr + offset), n, scores.data(), bits(next_k),
@@ -202,8 +223,9 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
 
 void paged_decode_attention(const at::Tensor& q, const at::Tensor& key_cache,
                             const at::Tensor& value_cache, const at::Tensor& block_tables,
-                            const at::Tensor& context_lens, double scale, at::Tensor& out) {
-  // The three cache dtypes the dispatcher admits (kernels/checks.h).
+                            const at::Tensor& context_lens, double scale, at::Tensor& out,
+                            const at::Tensor& key_scales, const at::Tensor& value_scales) {
+  // The cache dtypes the dispatcher admits (kernels/checks.h, and int8).
   auto run_for = [&]<typename T>() {
     if (q.scalar_type() == key_cache.scalar_type()) {
       run<T, T>(q, key_cache, value_cache, block_tables, context_lens, static_cast<float>(scale),
@@ -214,6 +236,10 @@ void paged_decode_attention(const at::Tensor& q, const at::Tensor& key_cache,
     }
   };
   switch (key_cache.scalar_type()) {
+    case at::kChar:  // q is float32 (the dispatcher checks)
+      return run<int8_t, float>(q, key_cache, value_cache, block_tables, context_lens,
+                                static_cast<float>(scale), out, key_scales.const_data_ptr<float>(),
+                                value_scales.const_data_ptr<float>());
     case at::kFloat:
       return run_for.operator()<float>();
     case at::kBFloat16:

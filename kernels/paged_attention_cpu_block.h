@@ -62,5 +62,11 @@ void fold_group_bfloat16_avx512(const HeadGroup& hg, const uint16_t* k, const ui
                                 const uint16_t* next_v);
 void fold_group_float16_avx512(const HeadGroup& hg, const uint16_t* k, const uint16_t* v, int64_t n,
                                float* scores, const uint16_t* next_k, const uint16_t* next_v);
+// An int8 cache's block (kernels/kv_append.h): k_scales / v_scales hold the
+// block's group scales, one per 16 values from k / v. The same bits as
+// fold_group_avx512 on the widened rows.
+void fold_group_int8_avx512(const HeadGroup& hg, const int8_t* k, const float* k_scales,
+                            const int8_t* v, const float* v_scales, int64_t n, float* scores,
+                            const int8_t* next_k, const int8_t* next_v);
 
 }  // namespace snapserve::kernels::cpu

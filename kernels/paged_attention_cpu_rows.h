@@ -1,6 +1,6 @@
 // Internal to kernels/paged_attention_cpu_*.cc: a cache row's elements as
 // float32 vectors, one policy per cache dtype, so that each SIMD block step is
-// written once for float32, bfloat16 and float16 caches. Every bfloat16 and
+// written once for float32, bfloat16, float16 and int8 caches. Every bfloat16 and
 // float16 value is a float32, so the widened rows are exact: a 16-bit cache
 // is folded with the same arithmetic as a float32 copy of it.
 #pragma once
@@ -42,6 +42,23 @@ struct Float16Rows {
   }
   SNAPSERVE_ROWS_AVX512 static __m512 load16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+};
+
+// An int8 cache (kernels/kv_append.h, kv_append_int8): 16 values times
+// their group's float32 scale, each value exactly float(q) · scale as
+// widen_int8 (paged_attention_cpu.cc) computes it. The scale of the group
+// at p is found from p's distance to the block's first value `base`; loads
+// start at a group boundary (every caller loads at multiples of 16). AVX-512
+// only: the other steps fold widened rows.
+struct Int8Rows {
+  using Element = int8_t;
+  const int8_t* base = nullptr;
+  const float* scales = nullptr;  // one per 16 values from base
+  SNAPSERVE_ROWS_AVX512 __m512 load16(const int8_t* p) const {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
+                         _mm512_set1_ps(scales[(p - base) >> 4]));
   }
 };
 

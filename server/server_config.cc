@@ -153,10 +153,11 @@ const std::vector<FlagSpec>& Flags() {
        },
        [](const ServerConfig& c) { return std::string(engine::dtype_name(c.engine.dtype)); }},
       {"kv-cache-dtype",
-       "KV cache entries: float32|bfloat16|float16 (default: the model dtype; bfloat16 halves "
-       "the bytes a decode step reads)",
+       "KV cache entries: float32|bfloat16|float16|int8 (default: the model dtype; bfloat16 "
+       "halves the bytes a decode step reads, int8 (CPU) keeps 16 values and a float32 scale "
+       "in 20 bytes)",
        [](ServerConfig& c, const std::string& v) {
-         return SetParsed(c.engine.kv_cache_dtype, ParseDtype(v));
+         return SetParsed(c.engine.kv_cache_dtype, ParseKvCacheDtype(v));
        },
        [](const ServerConfig& c) {
          return std::string(engine::dtype_name(
@@ -409,6 +410,13 @@ StatusOr<engine::KvPooling> ParseKvPooling(const std::string& text) {
 StatusOr<engine::Dtype> ParseDtype(const std::string& text) {
   return ParseNamed(text,
                     {engine::Dtype::kFloat32, engine::Dtype::kBFloat16, engine::Dtype::kFloat16},
+                    &engine::dtype_name);
+}
+
+StatusOr<engine::Dtype> ParseKvCacheDtype(const std::string& text) {
+  return ParseNamed(text,
+                    {engine::Dtype::kFloat32, engine::Dtype::kBFloat16, engine::Dtype::kFloat16,
+                     engine::Dtype::kInt8},
                     &engine::dtype_name);
 }
 

@@ -62,6 +62,8 @@ int64_t ParseByteSize(const std::string& text);
 StatusOr<engine::KvMethod> ParseKvMethod(const std::string& text);
 StatusOr<engine::KvPooling> ParseKvPooling(const std::string& text);
 StatusOr<engine::Dtype> ParseDtype(const std::string& text);
+// ParseDtype's values and int8 (the KV cache's own).
+StatusOr<engine::Dtype> ParseKvCacheDtype(const std::string& text);
 StatusOr<engine::QuantDot> ParseQuantDot(const std::string& text);
 StatusOr<engine::PrefillGemm> ParsePrefillGemm(const std::string& text);
 StatusOr<engine::DecodeDot> ParseDecodeDot(const std::string& text);

@@ -30,9 +30,14 @@ at::Tensor to_device(std::vector<int64_t> host, const std::vector<int64_t>& size
 }  // namespace
 
 int64_t PagedKvCache::BytesPerBlock(const PagedKvCacheConfig& config) {
-  return BlockPool::BytesPerBlock(/*num_layers=*/1, /*num_kv_heads=*/1, config.block_size,
-                                  config.head_dim,
-                                  static_cast<int64_t>(c10::elementSize(config.dtype)));
+  const int64_t values = BlockPool::BytesPerBlock(
+      /*num_layers=*/1, /*num_kv_heads=*/1, config.block_size, config.head_dim,
+      static_cast<int64_t>(c10::elementSize(config.dtype)));
+  if (config.dtype != at::kChar) return values;
+  // int8: a float32 scale per 16 values beside them (kernels/kv_append.h).
+  return values + BlockPool::BytesPerBlock(1, 1, config.block_size,
+                                           config.head_dim / kernels::kKvInt8Group,
+                                           static_cast<int64_t>(sizeof(float)));
 }
 
 int32_t PagedKvCache::NumBlocksForBudget(const PagedKvCacheConfig& config, int64_t budget_bytes) {
@@ -48,8 +53,18 @@ StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const PagedKvCacheC
   if (config.num_blocks <= 0) {
     return Status::ResourceExhausted("PagedKvCache: the KV cache budget holds no block");
   }
-  if (config.dtype != at::kFloat && config.dtype != at::kBFloat16 && config.dtype != at::kHalf) {
-    return Status::InvalidArgument("PagedKvCache: dtype must be float32, bfloat16 or float16");
+  if (config.dtype != at::kFloat && config.dtype != at::kBFloat16 && config.dtype != at::kHalf &&
+      config.dtype != at::kChar) {
+    return Status::InvalidArgument(
+        "PagedKvCache: dtype must be float32, bfloat16, float16 or int8");
+  }
+  if (config.dtype == at::kChar && !config.device.is_cpu()) {
+    return Status::InvalidArgument("KV cache dtype int8: CPU only (no CUDA kernels read it)");
+  }
+  if (config.dtype == at::kChar && config.head_dim % kernels::kKvInt8Group != 0) {
+    return Status::InvalidArgument("KV cache dtype int8: head_dim " +
+                                   std::to_string(config.head_dim) + " is not a multiple of " +
+                                   std::to_string(kernels::kKvInt8Group));
   }
   try {
     return std::unique_ptr<PagedKvCache>(new PagedKvCache(config));
@@ -72,6 +87,24 @@ PagedKvCache::PagedKvCache(const PagedKvCacheConfig& config)
   if (config.prefault) storage_.zero_();
   key_cache_ = storage_[0];
   value_cache_ = storage_[1];
+  if (config.dtype == at::kChar) {
+    scale_storage_ = at::empty(
+        {2, config.num_blocks, 1, config.block_size, config.head_dim / kernels::kKvInt8Group},
+        at::TensorOptions().dtype(at::kFloat).device(config.device));
+    kernels::AdviseHugePages(scale_storage_);
+    if (config.prefault) scale_storage_.zero_();
+    key_scales_ = scale_storage_[0];
+    value_scales_ = scale_storage_[1];
+  }
+}
+
+void PagedKvCache::Append(const at::Tensor& k, const at::Tensor& v, const at::Tensor& slots) {
+  if (config_.dtype == at::kChar) {
+    kernels::kv_append_int8(key_cache_, key_scales_, value_cache_, value_scales_, k.to(at::kFloat),
+                            v.to(at::kFloat), slots);
+  } else {
+    kernels::kv_append(key_cache_, value_cache_, k, v, slots);
+  }
 }
 
 PagedKvCache::Sequence& PagedKvCache::Find(int64_t seq) {
@@ -230,7 +263,8 @@ void PagedKvCache::StorePrefillLayer(int64_t seq, int64_t layer, const at::Tenso
     }
     s.prefill_lengths[static_cast<size_t>(layer * heads + g)] = len;
   }
-  const auto opts = at::TensorOptions().dtype(config_.dtype).device(config_.device);
+  // Rows in the dtype Append takes (float32 for int8, which it quantizes).
+  const auto opts = at::TensorOptions().dtype(row_dtype()).device(config_.device);
   // [G, m, d] -> [G * m, 1, d]: each lane is one KV head of the lane cache.
   at::Tensor flat_k = kept.k.to(opts).reshape({heads * m, 1, config_.head_dim});
   at::Tensor flat_v = kept.v.to(opts).reshape({heads * m, 1, config_.head_dim});
@@ -241,8 +275,7 @@ void PagedKvCache::StorePrefillLayer(int64_t seq, int64_t layer, const at::Tenso
   }
   const int64_t count = static_cast<int64_t>(slots.size());
   if (count > 0) {
-    kernels::kv_append(key_cache_, value_cache_, flat_k, flat_v,
-                       to_device(std::move(slots), {count}, config_.device));
+    Append(flat_k, flat_v, to_device(std::move(slots), {count}, config_.device));
   }
 
   s.prefill_next_layer = layer + 1;
@@ -310,7 +343,7 @@ at::Tensor PagedKvCache::DecodeAttention(const std::vector<int64_t>& seqs, int64
   TORCH_CHECK(step_ && step_->seqs == seqs && step_->next_layer == layer,
               "PagedKvCache: decode layer ", layer,
               " does not continue a step begun (BeginDecodeStep) with the same sequences");
-  const auto opts = at::TensorOptions().dtype(config_.dtype).device(config_.device);
+  const auto opts = at::TensorOptions().dtype(row_dtype()).device(config_.device);
   const int64_t d = config_.head_dim;
   // Lane rows: [B, G, d] -> [B * G, 1, d]; the G query heads of a GQA group
   // (h = g * group + j) become the query heads of lane row b * G + g.
@@ -322,12 +355,12 @@ at::Tensor PagedKvCache::DecodeAttention(const std::vector<int64_t>& seqs, int64
     const bool in_place = t.is_cpu() && t.scalar_type() == at::kFloat;
     return (in_place ? t : t.to(opts)).reshape({batch * heads, 1, d});
   };
-  kernels::kv_append(key_cache_, value_cache_, rows(k), rows(v), step_->slots[layer]);
+  Append(rows(k), rows(v), step_->slots[layer]);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const at::Tensor lane_q = (keep_q ? q : q.to(opts)).reshape({batch * heads, -1, d});
-  at::Tensor out =
-      kernels::paged_decode_attention(lane_q, key_cache_, value_cache_, step_->block_tables[layer],
-                                      step_->context_lens[layer], scale);
+  at::Tensor out = kernels::paged_decode_attention(
+      lane_q, key_cache_, value_cache_, step_->block_tables[layer], step_->context_lens[layer],
+      scale, key_scales_, value_scales_);
 
   step_->next_layer = layer + 1;
   return out.reshape({batch, -1, d}).to(q.scalar_type());
@@ -350,13 +383,20 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::GatherLane(int64_t seq, int64_t 
   const int64_t used = BlockTable::BlocksFor(n, config_.block_size);
   std::vector<int64_t> ids(t.block_ids().begin(), t.block_ids().begin() + used);
   const at::Tensor index = to_device(std::move(ids), {used}, config_.device);
-  auto dense = [&](const at::Tensor& cache) {
-    // [blocks, 1, bs, d] -> [blocks * bs, d], then the first n entries.
-    return cache.index_select(0, index)
-        .reshape({used * config_.block_size, config_.head_dim})
-        .narrow(0, 0, n);
+  auto dense = [&](const at::Tensor& cache, int64_t width) {
+    // [blocks, 1, bs, width] -> [blocks * bs, width], then the first n entries.
+    return cache.index_select(0, index).reshape({used * config_.block_size, width}).narrow(0, 0, n);
   };
-  return {dense(key_cache_), dense(value_cache_)};
+  const int64_t d = config_.head_dim;
+  if (config_.dtype != at::kChar) return {dense(key_cache_, d), dense(value_cache_, d)};
+  // int8: the values as they read back, float(q) · scale (kernels/kv_append.h).
+  const int64_t groups = d / kernels::kKvInt8Group;
+  auto widened = [&](const at::Tensor& cache, const at::Tensor& scales) {
+    return (dense(cache, d).to(at::kFloat).view({n, groups, kernels::kKvInt8Group}) *
+            dense(scales, groups).unsqueeze(-1))
+        .reshape({n, d});
+  };
+  return {widened(key_cache_, key_scales_), widened(value_cache_, value_scales_)};
 }
 
 std::pair<at::Tensor, at::Tensor> PagedKvCache::Gather(int64_t seq, int64_t layer) const {

@@ -41,6 +41,8 @@ struct PagedKvCacheConfig {
   int64_t head_dim = 0;
   int32_t block_size = 16;
   int32_t num_blocks = 0;  // lane blocks (one layer and KV head each); see NumBlocksForBudget
+  // float32, bfloat16, float16, or int8 (CPU: int8 values with a float32
+  // scale per 16, kernels/kv_append.h).
   at::ScalarType dtype = at::kFloat;
   c10::Device device = c10::Device(c10::kCPU);
   // Zero the cache at creation, so every page is resident from the start
@@ -149,6 +151,10 @@ class PagedKvCache : public model::KvStore {
   // [num_blocks, 1, block_size, head_dim]: every lane's blocks.
   const at::Tensor& key_cache() const { return key_cache_; }
   const at::Tensor& value_cache() const { return value_cache_; }
+  // An int8 cache's scales, [num_blocks, 1, block_size, head_dim / 16]
+  // float32; undefined for the other dtypes.
+  const at::Tensor& key_scales() const { return key_scales_; }
+  const at::Tensor& value_scales() const { return value_scales_; }
 
  private:
   explicit PagedKvCache(const PagedKvCacheConfig& config);
@@ -174,6 +180,14 @@ class PagedKvCache : public model::KvStore {
     at::Tensor slots;         // [L, B * G] int64, where the new entry goes
   };
 
+  // Writes rows (float32, or the cache's dtype) at `slots`, quantizing them
+  // for an int8 cache.
+  void Append(const at::Tensor& k, const at::Tensor& v, const at::Tensor& slots);
+  // The dtype rows are handed to Append in: the cache's, float32 for int8.
+  at::ScalarType row_dtype() const {
+    return config_.dtype == at::kChar ? at::kFloat : config_.dtype;
+  }
+
   Sequence& Find(int64_t seq);
   const Sequence& Find(int64_t seq) const;
   BlockTable& Lane(Sequence& s, int64_t layer, int64_t kv_head);
@@ -185,8 +199,11 @@ class PagedKvCache : public model::KvStore {
   BlockPool pool_;
   at::Tensor storage_;  // [2, num_blocks, 1, block_size, head_dim]
   bool huge_pages_ = false;
-  at::Tensor key_cache_;    // storage_[0]
-  at::Tensor value_cache_;  // storage_[1]
+  at::Tensor key_cache_;      // storage_[0]
+  at::Tensor value_cache_;    // storage_[1]
+  at::Tensor scale_storage_;  // int8 only: [2, num_blocks, 1, block_size, head_dim / 16]
+  at::Tensor key_scales_;     // scale_storage_[0]
+  at::Tensor value_scales_;   // scale_storage_[1]
   std::unordered_map<int64_t, Sequence> seqs_;
   std::optional<DecodeStep> step_;
 };

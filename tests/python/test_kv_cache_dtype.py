@@ -22,3 +22,30 @@ def test_bfloat16_kv_cache_holds_twice_the_tokens_and_serves(start_server, model
             timeout=120)
         assert r.finish_reason == pb2.LENGTH and len(r.token_ids) == 8
     assert "tokens, bfloat16" in server.logs()  # the startup line: "(N tokens, bfloat16, ...)"
+
+
+def test_int8_kv_cache_holds_more_tokens_and_serves(start_server, model_path, pb):
+    """--kv-cache-dtype=int8: a value is 1 byte plus a float32 scale per 16
+    (1.25 bytes), so the same memory holds 3.2 times a float32 cache's blocks
+    (rounded down to whole blocks); ModelInfo says so; requests are served,
+    and greedy tokens start as the float32 cache's do."""
+    pb2, pb2_grpc = pb
+    request = pb2.GenerateRequest(
+        prompt=LONG_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=8, ignore_eos=True))
+    tokens = {}
+    for kv in ("float32", "int8"):
+        server = start_server([f"--model={model_path}", f"--kv-cache-dtype={kv}",
+                               f"--kv-cache-memory={KV_CACHE_BYTES}", f"--block-size={BLOCK_SIZE}"])
+        with grpc.insecure_channel(server.target) as ch:
+            stub = pb2_grpc.GenerationStub(ch)
+            info = stub.GetModelInfo(pb2.GetModelInfoRequest(), timeout=10)
+            assert info.kv_cache_dtype == kv
+            if kv == "int8":
+                blocks = KV_CACHE_TOKENS * 32 // 10 // BLOCK_SIZE
+                assert info.kv_cache_capacity_tokens // BLOCK_SIZE in (blocks - 1, blocks)
+            r = stub.Generate(request, timeout=120)
+            assert r.finish_reason == pb2.LENGTH and len(r.token_ids) == 8
+            tokens[kv] = list(r.token_ids)
+        server.stop()
+    assert tokens["int8"][:2] == tokens["float32"][:2], tokens
+

@@ -275,10 +275,18 @@ def test_real_bfloat16_dot_decode_top1_agreement(torch_ops, real, hf_model_dir, 
 # (0.9975) top-1 agree with transformers, max logit difference 0.34; the floor
 # leaves room for a few more near-ties on another CPU path.
 KV_BF16_MIN_AGREEMENT = 0.98
+# An int8 cache (kernels/kv_append.h: 16 values per float32 scale) rounds
+# keys and values to ~2^-8 of their group's largest value, coarser than
+# bfloat16's 2^-8 of each value: measured 2026-12-05 on the AMX Xeon, 393 of
+# 400 (0.9825) top-1 agree with transformers, max logit difference 0.65
+# (rounding the whole prompt's K and V this way inside transformers keeps
+# 0.990 of 2,048: bench/low_precision_study.py). The floor leaves room for a
+# few more near-ties where other CPU paths compute the rest of the model.
+KV_INT8_MIN_AGREEMENT = 0.975
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16", "int8"])
 def test_real_paged_decode_with_kv_cache_dtype(torch_ops, real, model_path, long_fp32, kv_dtype):
     """Teacher-forced decode over the paged cache (400 steps after a
     1600-token prefill) against transformers' float32 logits."""
@@ -293,6 +301,9 @@ def test_real_paged_decode_with_kv_cache_dtype(torch_ops, real, model_path, long
     diff = (got - want).abs().max().item()
     if kv_dtype == "float32":
         assert diff <= 1e-3, f"max abs diff {diff}"
-    else:
+    elif kv_dtype == "bfloat16":
         assert agreement >= KV_BF16_MIN_AGREEMENT, f"top-1 agreement {agreement:.4f}"
+    else:
+        assert agreement >= KV_INT8_MIN_AGREEMENT, f"top-1 agreement {agreement:.4f}"
+        assert diff > 1e-3, "the int8 cache did not round anything"
     print(f"kv {kv_dtype}: top-1 agreement {agreement:.4f}, max abs logit diff {diff:.4f}")

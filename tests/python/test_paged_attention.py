@@ -346,3 +346,105 @@ def test_cuda_head_dims(torch_ops, head_dim):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_kv_append_round_trip(torch_ops, dtype):
     test_kv_append_then_attention_round_trip(torch_ops, dtype, device="cuda")
+
+
+# --kv-cache-dtype=int8 (kernels/kv_append.h): rows quantized per 16 values
+# with a float32 scale each.
+def quantize_int8_reference(x):
+    """The stated rule in numpy, independently of the kernel: per group of 16,
+    s = max|x| / 127 and q = round-half-even(x * (1 / s)) in float32, clamped
+    to +-127; s = 0 and q = 0 for an all-zero group."""
+    import numpy as np
+    g = x.numpy().astype(np.float32).reshape(*x.shape[:-1], -1, 16)
+    s = (np.abs(g).max(-1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(s > 0, np.float32(1) / np.where(s > 0, s, 1), 0).astype(np.float32)
+    q = np.clip(np.rint(g * inv[..., None]), -127, 127).astype(np.int8)
+    return torch.from_numpy(q.reshape(x.shape)), torch.from_numpy(s)
+
+
+def int8_cache(kc, vc, ops, seed=0):
+    """kc/vc float32 [blocks, G, bs, d] written through kv_append_int8 (every
+    slot): returns the int8 caches, their scales, and the values they read
+    back as (float(q) * s)."""
+    nb, G, bs, d = kc.shape
+    k = kc.permute(0, 2, 1, 3).reshape(nb * bs, G, d).contiguous()
+    v = vc.permute(0, 2, 1, 3).reshape(nb * bs, G, d).contiguous()
+    slots = torch.randperm(nb * bs, generator=torch.Generator().manual_seed(seed))
+    kq = torch.zeros(nb, G, bs, d, dtype=torch.int8)
+    vq = torch.zeros_like(kq)
+    ks = torch.zeros(nb, G, bs, d // 16)
+    vs = torch.zeros_like(ks)
+    ops.kv_append_int8(kq, ks, vq, vs, k[slots], v[slots], slots)
+    widen = lambda q, s: (q.float().view(nb, G, bs, d // 16, 16) * s[..., None]).view(nb, G, bs, d)
+    return kq, ks, vq, vs, widen(kq, ks), widen(vq, vs)
+
+
+def test_kv_append_int8_quantizes_as_stated(torch_ops):
+    gen = torch.Generator().manual_seed(3)
+    kc = torch.randn(5, 3, 16, 64, generator=gen) * 4
+    vc = torch.randn(5, 3, 16, 64, generator=gen)
+    kc[0, 0, 0] = 0.0                       # an all-zero row: scale 0, q 0
+    kc[0, 0, 1, :16] = torch.tensor([0.5] * 16) * torch.tensor([1, -1] * 8)  # ties at +-127
+    vc[1, 2, 3, 5] = 1e30                   # one huge value dwarfs its group
+    kq, ks, vq, vs, _, _ = int8_cache(kc, vc, torch_ops)
+    for got_q, got_s, x in ((kq, ks, kc), (vq, vs, vc)):
+        want_q, want_s = quantize_int8_reference(x)
+        assert torch.equal(got_s, want_s)
+        assert torch.equal(got_q, want_q)
+    # The rounding error is at most half a step of each group's scale.
+    back = (kq.float().view(5, 3, 16, 4, 16) * ks[..., None]).view_as(kc)
+    assert ((back - kc).abs().view(5, 3, 16, 4, 16) <= ks[..., None] / 2 * (1 + 1e-6)).all()
+    assert (ks[0, 0, 0] == 0).all() and (kq[0, 0, 0] == 0).all()
+
+
+@pytest.mark.parametrize("isa", ["native", "portable"])
+def test_int8_cache_read_in_place_equals_its_float32_copy(torch_ops, isa):
+    """The AVX-512 group step widens int8 rows (times their scales) as it
+    loads them, the portable step into a buffer; either way the result must
+    be the float32 kernel's on the float32 values the cache reads back as,
+    bit for bit (groups of 1, 3, 4 and 8 query heads: the AVX-512 step takes
+    2-4, the others the widened path)."""
+    if isa == "portable":
+        lib = BUILD_DIR / "tests" / "libsnapserve_torch_ops.so"
+        code = textwrap.dedent(f"""
+            import sys, torch
+            sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+            import test_paged_attention as t
+            torch.ops.load_library({str(lib)!r})
+            t.check_int8_equals_copy(torch.ops.snapserve)
+        """)
+        env = dict(os.environ, SNAPSERVE_CPU_ISA="portable")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return
+    check_int8_equals_copy(torch_ops)
+
+
+def check_int8_equals_copy(ops):
+    lens = [1, 15, 16, 17, 333, 1100]
+    for heads in (3, 9, 12, 24):
+        q, kc, vc, tables, ctx = make_case(lens, heads, 3, 64, 16, torch.float32, seed=heads)
+        kq, ks, vq, vs, kf, vf = int8_cache(kc, vc, ops, seed=heads)
+        got = ops.paged_decode_attention_int8(q, kq, ks, vq, vs, tables, ctx, 1 / 8)
+        want = ops.paged_decode_attention(q, kf, vf, tables, ctx, 1 / 8)
+        assert torch.equal(got, want), (heads, (got - want).abs().max())
+        # Not vacuous: the int8 values differ from the float32 ones they came from.
+        assert not torch.equal(want, ops.paged_decode_attention(q, kc, vc, tables, ctx, 1 / 8))
+
+
+def test_int8_cache_rejects_bad_inputs(torch_ops):
+    q, kc, vc, tables, ctx = make_case([20], 9, 3, 64, 16, torch.float32, seed=1)
+    kq, ks, vq, vs, _, _ = int8_cache(kc, vc, torch_ops)
+    with pytest.raises(RuntimeError, match="needs key_scales"):
+        torch_ops.paged_decode_attention(q, kq, vq, tables, ctx, 1 / 8)
+    with pytest.raises(RuntimeError, match="key_scales"):
+        torch_ops.paged_decode_attention_int8(q, kq, ks[..., :2], vq, vs, tables, ctx, 1 / 8)
+    with pytest.raises(RuntimeError, match="float32 q"):
+        torch_ops.paged_decode_attention_int8(q.bfloat16(), kq, ks, vq, vs, tables, ctx, 1 / 8)
+    with pytest.raises(RuntimeError, match="k/v: expected float32"):
+        torch_ops.kv_append_int8(kq, ks, vq, vs, torch.zeros(1, 3, 64).bfloat16(),
+                                 torch.zeros(1, 3, 64).bfloat16(), torch.zeros(1).long())
+    with pytest.raises(RuntimeError, match="past the cache"):
+        torch_ops.kv_append_int8(kq, ks, vq, vs, torch.zeros(1, 3, 64), torch.zeros(1, 3, 64),
+                                 torch.tensor([10**6]))

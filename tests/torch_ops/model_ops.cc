@@ -27,7 +27,8 @@ at::ScalarType ParseDtype(std::string s) {
   if (s == "float32") return at::kFloat;
   if (s == "bfloat16") return at::kBFloat16;
   if (s == "float16") return at::kHalf;
-  TORCH_CHECK(false, "unknown dtype `", s, "` (float32, bfloat16, float16)");
+  if (s == "int8") return at::kChar;  // KV caches only
+  TORCH_CHECK(false, "unknown dtype `", s, "` (float32, bfloat16, float16, int8)");
 }
 
 LlamaModel& GetModel(const std::string& path, const std::string& dtype, const std::string& device) {

@@ -264,6 +264,63 @@ TEST(PagedKvCacheTest, BudgetAndBadConfigs) {
   EXPECT_EQ(PagedKvCache::Create(c).status().code(), StatusCode::kInvalidArgument);
 }
 
+// --kv-cache-dtype=int8 (kernels/kv_append.h): a lane block holds 16-value
+// groups of int8 with a float32 scale each; what Gather reads back is the
+// prompt's K and V within half a step of each group's scale, and a decode
+// step attends over it like the dense store over the original values, up to
+// that rounding.
+TEST(PagedKvCacheTest, Int8CacheBudgetRoundTripAndDecode) {
+  constexpr int64_t kD = 32;  // two groups of 16 per row
+  PagedKvCacheConfig c = SmallConfig(0);
+  c.head_dim = kD;
+  c.dtype = at::kChar;
+  const int64_t per_block = 2 * 4 * (kD + kD / 16 * 4);  // K and V: bytes + scales
+  EXPECT_EQ(PagedKvCache::BytesPerBlock(c), per_block);
+  EXPECT_EQ(PagedKvCache::NumBlocksForBudget(c, per_block * 5), 5);
+  c.num_blocks = 8 * kLanes;
+  auto created = PagedKvCache::Create(c);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  PagedKvCache& cache = **created;
+  model::DenseKvStore dense(kLayers);
+  ASSERT_TRUE(cache.AddSequence(1, cache.BlocksForUniform(9)).ok());
+  at::manual_seed(5);
+  std::vector<at::Tensor> keys;
+  for (int64_t l = 0; l < kLayers; ++l) {
+    const at::Tensor q = at::randn({kHeads, 7, kD});
+    const at::Tensor k = at::randn({kKvHeads, 7, kD}) * 3;
+    const at::Tensor v = at::randn({kKvHeads, 7, kD});
+    cache.StorePrefillLayer(1, l, q, k, v);
+    dense.StorePrefillLayer(1, l, q, k, v);
+    keys.push_back(k);
+  }
+  for (int64_t l = 0; l < kLayers; ++l) {
+    const at::Tensor got = cache.Gather(1, l).first;
+    const at::Tensor step = keys[l].abs().view({kKvHeads, 7, 2, 16}).amax(-1, true) / 127;
+    EXPECT_TRUE(
+        ((got - keys[l]).abs().view({kKvHeads, 7, 2, 16}) <= step / 2 * 1.0001).all().item<bool>());
+    EXPECT_GT((got - keys[l]).abs().max().item<float>(), 0.0f);  // rounded, not copied
+  }
+  cache.BeginDecodeStep({1});
+  dense.BeginDecodeStep({1});
+  for (int64_t l = 0; l < kLayers; ++l) {
+    const at::Tensor q = at::randn({1, kHeads, kD});
+    const at::Tensor k = at::randn({1, kKvHeads, kD});
+    const at::Tensor v = at::randn({1, kKvHeads, kD});
+    const at::Tensor got = cache.DecodeAttention({1}, l, q, k, v);
+    const at::Tensor want = dense.DecodeAttention({1}, l, q, k, v);
+    EXPECT_TRUE(at::allclose(got, want, 0.05, 0.05)) << (got - want).abs().max();
+  }
+  cache.EndDecodeStep();
+  dense.EndDecodeStep();
+  EXPECT_EQ(cache.num_tokens(1), 8);
+  // Refused: a CUDA device (no kernel reads int8 there), a head_dim not in 16s.
+  c.device = c10::Device(c10::kCUDA, 0);
+  EXPECT_EQ(PagedKvCache::Create(c).status().code(), StatusCode::kInvalidArgument);
+  c.device = c10::Device(c10::kCPU);
+  c.head_dim = 24;
+  EXPECT_EQ(PagedKvCache::Create(c).status().code(), StatusCode::kInvalidArgument);
+}
+
 // Resident memory of this process in bytes (Linux: VmRSS of /proc/self/status).
 // A "Key:  N kB" figure of a /proc file, in bytes; -1 if absent.
 int64_t ProcBytes(const char* path, const std::string& wanted) {

@@ -93,6 +93,11 @@ TEST(ServerConfigTest, EveryDtypeName) {
   EXPECT_EQ(*ParseDtype("float32"), engine::Dtype::kFloat32);
   EXPECT_EQ(*ParseDtype("bfloat16"), engine::Dtype::kBFloat16);
   EXPECT_EQ(*ParseDtype("float16"), engine::Dtype::kFloat16);
+  // int8 is the KV cache's alone: a model never computes in it.
+  EXPECT_EQ(*ParseKvCacheDtype("int8"), engine::Dtype::kInt8);
+  EXPECT_EQ(*ParseKvCacheDtype("bfloat16"), engine::Dtype::kBFloat16);
+  EXPECT_FALSE(ParseDtype("int8").ok());
+  EXPECT_FALSE(ParseKvCacheDtype("int4").ok());
   for (const char* name : {"float32", "bfloat16", "float16"}) {
     ParseResult r = Parse({std::string("--dtype=") + name});
     ASSERT_FALSE(r.exit) << r.message;

@@ -346,7 +346,7 @@ def test_server_tokenizes_like_the_oracle(sp_model_server, pb, oracle):
     assert len(sample) >= 200
 
 
-def test_server_generates_like_transformers(sp_model_server, pb, oracle):
+def test_server_generates_like_transformers(sp_model_server, pb, oracle, sp_lib):
     import grpc
     import torch
     pb2, pb2_grpc = pb
@@ -362,5 +362,15 @@ def test_server_generates_like_transformers(sp_model_server, pb, oracle):
             prompt=prompt, stopping=pb2.StoppingCriteria(max_new_tokens=12, ignore_eos=True)),
             timeout=60)
     assert list(r.token_ids) == want
-    assert r.text == oracle.decode(want, skip_special_tokens=False)
+    # The text is the sentencepiece library's decoding of those ids. Where
+    # byte pieces spell invalid UTF-8 the library replaces each byte that
+    # starts no valid sequence (engine/tokenizer/unicode.h, Utf8LossyPerByte),
+    # while transformers' ByteFallback decoder replaces every byte piece of
+    # such a run, valid ASCII ones too; random weights do generate such runs
+    # (which ones depends on the vocabulary this module trains, from files of
+    # the repository). Elsewhere the two agree, and transformers is checked.
+    text = sp_lib.decode(want)
+    assert r.text == text
+    if "\ufffd" not in text:
+        assert r.text == oracle.decode(want, skip_special_tokens=False)
     assert r.usage.prompt_tokens == len(ids)

@@ -100,8 +100,8 @@ PagedKvCache::PagedKvCache(const PagedKvCacheConfig& config)
 
 void PagedKvCache::Append(const at::Tensor& k, const at::Tensor& v, const at::Tensor& slots) {
   if (config_.dtype == at::kChar) {
-    kernels::kv_append_int8(key_cache_, key_scales_, value_cache_, value_scales_, k.to(at::kFloat),
-                            v.to(at::kFloat), slots);
+    // Callers hand float32 rows (row_dtype()); the kernel checks it.
+    kernels::kv_append_int8(key_cache_, key_scales_, value_cache_, value_scales_, k, v, slots);
   } else {
     kernels::kv_append(key_cache_, value_cache_, k, v, slots);
   }

@@ -45,6 +45,14 @@ inline void tile_load(const void* base, int64_t stride_bytes) {
   asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride_bytes), "i"(kTile)
                : "memory");
 }
+// tile_load with the non-temporal hint (tileloaddt1): the lines come to the
+// core without taking L1's most-recently-used places, so operands that are
+// read once per pass leave the reused ones in L1.
+template <int kTile>
+inline void tile_load_once(const void* base, int64_t stride_bytes) {
+  asm volatile("tileloaddt1 (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride_bytes), "i"(kTile)
+               : "memory");
+}
 template <int kTile>
 inline void tile_store(void* base, int64_t stride_bytes) {
   asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(stride_bytes), "i"(kTile)

@@ -1,10 +1,13 @@
-// Vector float32 exps for the AVX-512 prompt attention kernels (the online
-// softmax's weights): a full-precision one, and a cheaper one for weights
-// that are rounded to bfloat16 next. Internal to kernels/.
+// Vector float32 exps for the AVX-512 kernels: for the prompt attention
+// kernels' online softmax, a full-precision one and a cheaper one for
+// weights that are rounded to bfloat16 next; for the row kernels, exp_avx2's
+// bits 16 lanes wide. Internal to kernels/.
 #pragma once
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include <cmath>
 
 namespace snapserve::kernels::simd {
 
@@ -49,6 +52,38 @@ __attribute__((target("avx512f,fma"))) inline __m512 exp2_for_bf16_weights_avx51
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931217908859253f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999992847442627f));
   return _mm512_scalef_ps(p, n);
+}
+
+// simd::exp_avx2 (kernels/exp_avx2.h) 16 lanes wide: the same operations in
+// the same order, each rounded as there (no fused multiply-add:
+// -ffp-contract=off, kernels/CMakeLists.txt), so each lane has exp_avx2's
+// bits, libm's outside [-87, 88]. For the row kernels whose AVX2 and AVX-512
+// paths must agree bit for bit (the SwiGLU gate, kernels/rowwise.h).
+__attribute__((target("avx512f"))) inline __m512 exp_avx512(__m512 x) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
+  r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  const __m512 result = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  const __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ) &
+                             _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.0f), _CMP_LE_OQ);
+  if (in_range == 0xFFFF) return result;
+  alignas(64) float xs[16], es[16];
+  _mm512_store_ps(xs, x);
+  _mm512_store_ps(es, result);
+  for (int l = 0; l < 16; ++l) {
+    if (!(xs[l] >= -87.0f && xs[l] <= 88.0f)) es[l] = std::exp(xs[l]);
+  }
+  return _mm512_load_ps(es);
 }
 
 }  // namespace snapserve::kernels::simd

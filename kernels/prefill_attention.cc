@@ -92,7 +92,7 @@ at::Tensor AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       void (*kernel)(const cpu::PackedAttention&, int64_t, int64_t, float*)) {
   const int64_t H = shape.heads, rows = shape.rows, D = shape.dim, Hkv = shape.kv_heads,
                 keys = shape.keys;
-  at::Tensor out = at::empty({H, rows, D}, q.options());
+  at::Tensor out = at::empty({rows, H, D}, q.options()).transpose(0, 1);
   if (rows == 0) return out;
   const int64_t rows_padded = shape.rows_padded, tiles = shape.tiles, half = D / 2;
   // Left uninitialized (a 2048-token prompt's operands are ~4 MiB, zeroed
@@ -194,7 +194,7 @@ at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const
                    "AVX-512F and head size 64 or 128", cpu::prefill_attention_group_rows);
   const int64_t H = shape.heads, rows = shape.rows, D = shape.dim, Hkv = shape.kv_heads,
                 keys = shape.keys;
-  at::Tensor out = at::empty({H, rows, D}, q.options());
+  at::Tensor out = at::empty({rows, H, D}, q.options()).transpose(0, 1);
   if (rows == 0) return out;
   const int64_t rows_padded = shape.rows_padded, tiles = shape.tiles, tile = kTileKeys * D;
   // Uninitialized but for the padding, as in prefill_attention_bf16.

@@ -40,7 +40,10 @@ bool has_prefill_attention_bf16(int64_t head_dim);
 // q [H, rows, D], k and v [Hkv, keys, D], float32 on the CPU, H a multiple of
 // Hkv (grouped-query attention: query head h reads KV head h / (H / Hkv)),
 // rows <= keys. Query row r sits at position keys - rows + r and sees keys
-// 0 .. keys - rows + r. Returns the attention output [H, rows, D], float32.
+// 0 .. keys - rows + r. Returns the attention output [H, rows, D], float32,
+// as a view of a contiguous [rows, H, D] tensor: transposed back, it is the
+// o_proj's input [rows, H * D] with no copy (a copy was 2.7 % of a
+// 2,048-token prefill). The same for every kernel below.
 at::Tensor prefill_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   double scale);
 
@@ -100,6 +103,12 @@ struct PackedAttentionF32 : AttentionShape {
 // holds cheap (early) and dear (late) rows of the causal triangle alike and the threads' contiguous
 // shares cost the same even when a head is split.
 int64_t prefill_attention_group_rows(int64_t head_dim);
+
+// Where output row `row` of query head `head` goes in the kernels' `out`
+// (prefill_attention_bf16's [rows, H, D] layout).
+inline float* output_row(const AttentionShape& s, float* out, int64_t head, int64_t row) {
+  return out + (row * s.heads + head) * s.dim;
+}
 
 // dst[i] = bfloat16 bits of src[i] * scale, rounded to nearest even (as
 // c10::BFloat16; subnormal inputs become 0). n a multiple of 16.

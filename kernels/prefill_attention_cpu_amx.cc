@@ -149,7 +149,7 @@ SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t 
   store_outputs(outs);
   for (int64_t i = 0; i < valid; ++i) {
     const __m512 inv = _mm512_set1_ps(1.0f / rows[i].sum());
-    float* dst = out + (head * pa.rows + row0 + i) * kDim;
+    float* dst = output_row(pa, out, head, row0 + i);
     for (int j = 0; j < kDim; j += 16) {
       _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_load_ps(outs[i] + j), inv));
     }

@@ -121,7 +121,7 @@ SNAPSERVE_AVX512 void store_rows(const PackedAttentionF32& pa, int64_t head, int
   const int64_t valid = std::min<int64_t>(kRows, pa.rows - row0);
   for (int64_t i = 0; i < valid; ++i) {
     const __m512 inv = _mm512_set1_ps(1.0f / state[i].softmax.sum());
-    float* dst = out + (head * pa.rows + row0 + i) * kDim;
+    float* dst = output_row(pa, out, head, row0 + i);
     for (int j = 0; j < kDim / 16; ++j) {
       _mm512_storeu_ps(
           dst + static_cast<ptrdiff_t>(j) * 16,

@@ -102,7 +102,7 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
   for (int i = 0; i < kRows; ++i) {
     if (i >= valid) break;
     const __m512 inv = _mm512_set1_ps(1.0f / rows[i].sum());
-    float* dst = out + (head * pa.rows + row0 + i) * kDim;
+    float* dst = output_row(pa, out, head, row0 + i);
 #pragma GCC unroll 8
     for (int j = 0; j < kVecs; ++j) {
       _mm512_storeu_ps(dst + static_cast<ptrdiff_t>(j) * 16, _mm512_mul_ps(acc[i][j], inv));

@@ -82,9 +82,9 @@ SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t c
   tile_zero<3>();
   for (int64_t s = 0; s < steps; ++s) {
     tile_load<4>(x0 + s * kWeightTile, kTileBytes);
-    tile_load<6>(w0 + s * kWeightTile, kTileBytes);
+    tile_load_once<6>(w0 + s * kWeightTile, kTileBytes);
     tile_dot_bf16<0, 4, 6>();
-    tile_load<7>(w1 + s * kWeightTile, kTileBytes);
+    tile_load_once<7>(w1 + s * kWeightTile, kTileBytes);
     tile_dot_bf16<1, 4, 7>();
     tile_load<5>(x1 + s * kWeightTile, kTileBytes);
     tile_dot_bf16<2, 5, 6>();

@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/checks.h"
 #include "kernels/cpu_isa.h"
@@ -99,41 +101,66 @@ float ToFloat(uint16_t bf16_bits) {
   return static_cast<float>(c10::BFloat16(bf16_bits, c10::BFloat16::from_bits()));
 }
 
-// silu_mul's rows from float32 or bfloat16 gate_up [m, 2 * inter].
-template <typename T>
-void SiluMulRows(const T* src, int64_t m, int64_t inter, float* dst) {
-  const bool simd = cpu_isa() != CpuIsa::kPortable;
+// silu_mul's rows from float32 or bfloat16 gate_up [m, 2 * inter] into
+// float32 or bfloat16 (rowwise.h) rows.
+template <typename T, typename Out>
+void SiluMulRows(const T* src, int64_t m, int64_t inter, Out* dst) {
+  const CpuIsa isa = cpu_isa();
+  const bool avx512_bf16 = has_avx512_bf16();
   at::parallel_for(0, m, RowGrain(inter), [&](int64_t begin, int64_t end) {
+    std::vector<float> row;  // the float32 results of a bfloat16 row off AVX-512
     for (int64_t r = begin; r < end; ++r) {
       const T* gate = src + r * 2 * inter;
       const T* up = gate + inter;
-      float* o = dst + r * inter;
-      if (simd && cpu::silu_mul_row_avx2(gate, up, inter, o)) continue;
-      for (int64_t i = 0; i < inter; ++i) {
-        const float g = ToFloat(gate[i]);
-        o[i] = g / (1.0f + std::exp(-g)) * ToFloat(up[i]);
+      Out* o = dst + r * inter;
+      if (avx512_bf16 && cpu::silu_mul_row_avx512bf16(gate, up, inter, o)) continue;
+      float* f = nullptr;
+      if constexpr (std::is_same_v<Out, uint16_t>) {
+        row.resize(static_cast<size_t>(inter));
+        f = row.data();
+      } else {
+        f = o;
+      }
+      if (isa == CpuIsa::kPortable || !cpu::silu_mul_row_avx2(gate, up, inter, f)) {
+        for (int64_t i = 0; i < inter; ++i) {
+          const float g = ToFloat(gate[i]);
+          f[i] = g / (1.0f + std::exp(-g)) * ToFloat(up[i]);
+        }
+      }
+      if constexpr (std::is_same_v<Out, uint16_t>) {
+        for (int64_t i = 0; i < inter; ++i) o[i] = bf16_bits_as_vcvtneps2bf16(f[i]);
       }
     }
   });
 }
 
+template <typename T>
+void SiluMulInto(const T* src, int64_t m, int64_t inter, at::Tensor& out) {
+  if (out.scalar_type() == at::kBFloat16) {
+    SiluMulRows(src, m, inter, static_cast<uint16_t*>(out.data_ptr()));
+  } else {
+    SiluMulRows(src, m, inter, out.data_ptr<float>());
+  }
+}
+
 }  // namespace
 
-at::Tensor silu_mul(const at::Tensor& gate_up) {
+at::Tensor silu_mul(const at::Tensor& gate_up, at::ScalarType out_dtype) {
   TORCH_CHECK(gate_up.is_cpu(), "gate_up: expected a CPU tensor");
   const bool bf16 = gate_up.scalar_type() == at::kBFloat16;
   TORCH_CHECK(bf16 || gate_up.scalar_type() == at::kFloat,
               "gate_up: expected float32 or bfloat16, got ", gate_up.scalar_type());
+  TORCH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16,
+              "silu_mul: out_dtype must be float32 or bfloat16, got ", out_dtype);
   check_shape(gate_up, "gate_up", {-1, -1});
   TORCH_CHECK(gate_up.is_contiguous(), "gate_up: expected a contiguous tensor");
   const int64_t m = gate_up.size(0), inter = gate_up.size(1) / 2;
   TORCH_CHECK(gate_up.size(1) % 2 == 0, "gate_up: expected an even column count");
-  at::Tensor out = at::empty({m, inter}, gate_up.options().dtype(at::kFloat));
-  float* dst = out.data_ptr<float>();
+  at::Tensor out = at::empty({m, inter}, gate_up.options().dtype(out_dtype));
   if (bf16) {
-    SiluMulRows(static_cast<const uint16_t*>(gate_up.const_data_ptr()), m, inter, dst);
+    SiluMulInto(static_cast<const uint16_t*>(gate_up.const_data_ptr()), m, inter, out);
   } else {
-    SiluMulRows(gate_up.const_data_ptr<float>(), m, inter, dst);
+    SiluMulInto(gate_up.const_data_ptr<float>(), m, inter, out);
   }
   return out;
 }

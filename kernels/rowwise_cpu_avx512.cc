@@ -1,12 +1,22 @@
-// AVX-512 rows of RMSNorm and the rotary embedding (rowwise.h), 16 lanes at a
-// time with the portable loops' bits: the same sum order
-// (sum_of_squares_portable's partials are this file's two registers of 8
-// doubles), and element-wise products and sums that round as the scalar code
-// writes them (no fused multiply-add: -ffp-contract=off, kernels/CMakeLists.txt).
+// AVX-512 rows of RMSNorm, the rotary embedding and the SwiGLU gate
+// (rowwise.h), 16 lanes at a time (the gate with AVX512_BF16, for its
+// bfloat16 outputs). RMSNorm and the rotary embedding have the
+// portable loops' bits: the same sum order (sum_of_squares_portable's
+// partials are this file's two registers of 8 doubles), and element-wise
+// products and sums that round as the scalar code writes them (no fused
+// multiply-add: -ffp-contract=off, kernels/CMakeLists.txt). The gate has the
+// AVX2 loop's bits (rowwise_cpu_avx2.cc): simd::exp_avx512 is exp_avx2 16
+// lanes wide, and the last n % 8 lanes take libm as there.
 #include "kernels/rowwise.h"
 
 #if defined(__x86_64__)
 #include "kernels/avx512_intrinsics.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "kernels/exp_avx512.h"
 
 namespace snapserve::kernels::cpu {
 
@@ -39,6 +49,51 @@ SNAPSERVE_AVX512F double sum_of_squares(const float* x, int64_t n) {
 // -v exactly (the sign bit flipped; AVX512F has no float xor).
 SNAPSERVE_AVX512F inline __m512 negate(__m512 v, __m512i sign) {
   return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign));
+}
+
+// The gate's 16 lanes from float32 or bfloat16 (widened exactly: the bits
+// shifted up), and its products to float32 or bfloat16 (vcvtneps2bf16).
+SNAPSERVE_AVX512F inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+SNAPSERVE_AVX512F inline __m512 load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+SNAPSERVE_AVX512F inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+#define SNAPSERVE_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+SNAPSERVE_AVX512_BF16 inline void store16(uint16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(v)));
+}
+
+// silu(g) * u with the AVX2 loop's operations: g / (1 + exp(-g)) * u.
+SNAPSERVE_AVX512F inline __m512 silu_mul16(__m512 g, __m512 u) {
+  const __m512 e = simd::exp_avx512(negate(g, _mm512_set1_epi32(static_cast<int>(0x80000000u))));
+  return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+inline float widen(float v) { return v; }
+inline float widen(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
+
+template <typename In, typename Out>
+SNAPSERVE_AVX512_BF16 void silu_mul_row(const In* gate, const In* up, int64_t n, Out* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) store16(out + i, silu_mul16(load16(gate + i), load16(up + i)));
+  if (i == n) return;
+  // The last n % 16 through zero-padded copies: a whole eight of them as the
+  // AVX2 loop's vector, the rest as its scalar tail (libm).
+  alignas(64) In g[16] = {}, u[16] = {};
+  std::copy(gate + i, gate + n, g);
+  std::copy(up + i, up + n, u);
+  alignas(64) float o[16];
+  _mm512_store_ps(o, silu_mul16(load16(g), load16(u)));
+  const int64_t vector_lanes = (n - i) / 8 * 8;
+  for (int64_t l = vector_lanes; l < n - i; ++l) {
+    const float x = widen(g[l]);
+    o[l] = x / (1.0f + std::exp(-x)) * widen(u[l]);
+  }
+  Out rounded[16];
+  store16(rounded, _mm512_load_ps(o));
+  std::copy(rounded, rounded + (n - i), out + i);
 }
 
 }  // namespace
@@ -79,6 +134,23 @@ SNAPSERVE_AVX512F bool rope_rotate_row_avx512(float* x, int64_t heads, int64_t h
   return true;
 }
 
+bool silu_mul_row_avx512bf16(const float* gate, const float* up, int64_t n, float* out) {
+  silu_mul_row(gate, up, n, out);
+  return true;
+}
+bool silu_mul_row_avx512bf16(const uint16_t* gate, const uint16_t* up, int64_t n, float* out) {
+  silu_mul_row(gate, up, n, out);
+  return true;
+}
+bool silu_mul_row_avx512bf16(const float* gate, const float* up, int64_t n, uint16_t* out) {
+  silu_mul_row(gate, up, n, out);
+  return true;
+}
+bool silu_mul_row_avx512bf16(const uint16_t* gate, const uint16_t* up, int64_t n, uint16_t* out) {
+  silu_mul_row(gate, up, n, out);
+  return true;
+}
+
 }  // namespace snapserve::kernels::cpu
 
 #else  // not x86-64: cpu_isa() is always kPortable, these are never called
@@ -88,6 +160,10 @@ bool rms_norm_row_avx512(const float*, const float*, int64_t, float, float*) { r
 bool rope_rotate_row_avx512(float*, int64_t, int64_t, int64_t, const float*, const float*) {
   return false;
 }
+bool silu_mul_row_avx512bf16(const float*, const float*, int64_t, float*) { return false; }
+bool silu_mul_row_avx512bf16(const uint16_t*, const uint16_t*, int64_t, float*) { return false; }
+bool silu_mul_row_avx512bf16(const float*, const float*, int64_t, uint16_t*) { return false; }
+bool silu_mul_row_avx512bf16(const uint16_t*, const uint16_t*, int64_t, uint16_t*) { return false; }
 }  // namespace snapserve::kernels::cpu
 
 #endif

@@ -231,8 +231,16 @@ void LlamaModel::AddLinear(at::Tensor& h, const at::Tensor& x, const LinearWeigh
 void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& x) const {
   // The fused SwiGLU reads a bfloat16 GEMM product as it is: [m, 2 *
   // intermediate], the layer's largest output (kernels/rowwise.h).
+  // When the down product runs on AMX tiles, which round their input to
+  // bfloat16, the gate writes it rounded so (kernels/rowwise.h): the same
+  // bits, half the bytes, and no conversion pass.
   if (FusedRowwise(x)) {
-    return AddLinear(h, kernels::silu_mul(LinearWidenedLater(x, l.gate_up)), l.down);
+    const bool amx_down = x.size(0) > kernels::kLinearSmallRows &&
+                          l.down.panels_for(x.size(0)).empty() && l.down.prefill_amx.defined();
+    return AddLinear(
+        h,
+        kernels::silu_mul(LinearWidenedLater(x, l.gate_up), amx_down ? at::kBFloat16 : at::kFloat),
+        l.down);
   }
   at::Tensor gate_up = Linear(x, l.gate_up);  // [m, 2 * intermediate]
   const int64_t inter = config_.intermediate;

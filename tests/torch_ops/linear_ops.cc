@@ -8,6 +8,7 @@
 #include "kernels/prefill_gemm_amx.h"
 #include "kernels/prefill_gemm_int8.h"
 #include "kernels/quant_matrix.h"
+#include "kernels/rowwise.h"
 
 namespace snapserve::kernels {
 namespace {
@@ -99,4 +100,8 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
   m.def("pack_amx_weight(Tensor w) -> Tensor", &snapserve::kernels::pack_amx_weight);
   m.def("linear_amx(Tensor(a!) h, Tensor x, Tensor w, str out) -> Tensor",
         &snapserve::kernels::LinearAmx);
+  // The SwiGLU gate (kernels/rowwise.h), for bench/ timing.
+  m.def("silu_mul(Tensor gate_up, bool bf16_out) -> Tensor", [](const at::Tensor& g, bool bf16) {
+    return snapserve::kernels::silu_mul(g, bf16 ? at::kBFloat16 : at::kFloat);
+  });
 }

@@ -10,6 +10,8 @@
 
 #include <cmath>
 
+#include "kernels/rowwise.h"
+
 namespace snapserve::kernels {
 namespace {
 
@@ -54,6 +56,17 @@ TEST_F(PrefillGemmAmxTest, MatchesFloat64OnTheModelShapes) {
     const at::Tensor excess = (y.to(at::kDouble) - Reference(x, w)).abs() - Bound(x, w);
     EXPECT_LE(excess.max().item<double>(), 0.0) << s.m << " x " << s.n << " x " << s.k;
   }
+}
+
+// The SwiGLU gate's bfloat16 output (kernels/rowwise.h) is what the GEMM
+// makes of its float32 output: the down product's bits either way.
+TEST_F(PrefillGemmAmxTest, GateRoundedToBFloat16GivesTheFloat32InputsBits) {
+  at::Tensor gate_up = at::randn({70, 2 * 1536}) * 4;
+  gate_up.narrow(0, 3, 1).fill_(1e-20);  // subnormal products: 0 both ways
+  const at::Tensor w = pack_amx_weight(at::randn({576, 1536}) * 0.05);
+  const at::Tensor from_float = linear_amx(silu_mul(gate_up), w, AmxOut::kFloat32);
+  const at::Tensor from_bf16 = linear_amx(silu_mul(gate_up, at::kBFloat16), w, AmxOut::kFloat32);
+  EXPECT_TRUE(at::equal(from_float, from_bf16));
 }
 
 TEST_F(PrefillGemmAmxTest, TheBoundHasTeeth) {

@@ -8,7 +8,9 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu_isa.h"
@@ -138,7 +140,57 @@ TEST(SiluMul, BFloat16InputEqualsItsWidening) {
   }
 }
 
+// The AVX-512 (AVX512_BF16) gate row and the AVX2 one (what this CPU runs under
+// SNAPSERVE_CPU_ISA=avx2) give the same bits, float32 and bfloat16 inputs,
+// tails of every length mod 16, and lanes past exp's polynomial range.
+TEST(SiluMul, Avx512RowHasTheAvx2RowsBits) {
+  if (!has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16 here (or capped)";
+  at::manual_seed(6);
+  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 24, 31, 1536, 1539}) {
+    at::Tensor gate_up = at::randn({2 * n}) * 4;
+    gate_up.index_put_({0}, 95.0);
+    if (n > 2) gate_up.index_put_({n - 1}, -120.0);
+    const at::Tensor as_bf16 = gate_up.to(at::kBFloat16);
+    std::vector<float> avx2(n), avx512(n);
+    const float* g = gate_up.const_data_ptr<float>();
+    ASSERT_TRUE(cpu::silu_mul_row_avx2(g, g + n, n, avx2.data()));
+    ASSERT_TRUE(cpu::silu_mul_row_avx512bf16(g, g + n, n, avx512.data()));
+    EXPECT_EQ(std::memcmp(avx2.data(), avx512.data(), n * sizeof(float)), 0) << "n=" << n;
+    const auto* b = static_cast<const uint16_t*>(as_bf16.const_data_ptr());
+    ASSERT_TRUE(cpu::silu_mul_row_avx2(b, b + n, n, avx2.data()));
+    ASSERT_TRUE(cpu::silu_mul_row_avx512bf16(b, b + n, n, avx512.data()));
+    EXPECT_EQ(std::memcmp(avx2.data(), avx512.data(), n * sizeof(float)), 0) << "bf16 n=" << n;
+  }
+}
+
+// A bfloat16 result is the float32 result rounded to nearest even, as
+// LibTorch rounds it, but for subnormal results, which become a zero of their
+// sign (vcvtneps2bf16's rule); on every path, tails included.
+TEST(SiluMul, BFloat16OutputIsTheFloat32ResultRounded) {
+  at::manual_seed(8);
+  for (int64_t inter : {1, 7, 17, 1536, 1539}) {
+    for (at::ScalarType in : {at::kFloat, at::kBFloat16}) {
+      at::Tensor gate_up = at::randn({40, 2 * inter}) * 4;
+      // Row 1: products below float32's smallest normal (gate ~1e-20 gives
+      // silu ~5e-21; times up 1e-19 is ~5e-40).
+      gate_up.narrow(0, 1, 1).narrow(1, 0, inter).fill_(1e-20);
+      gate_up.narrow(0, 1, 1).narrow(1, inter, inter).fill_(-1e-19);
+      gate_up = gate_up.to(in);
+      const at::Tensor f = silu_mul(gate_up);
+      const at::Tensor got = silu_mul(gate_up, at::kBFloat16);
+      ASSERT_EQ(got.scalar_type(), at::kBFloat16);
+      const at::Tensor normal = f.abs() >= std::numeric_limits<float>::min();
+      const at::Tensor want = at::where(normal, f, f * 0).to(at::kBFloat16);
+      EXPECT_TRUE(at::equal(got.view(at::kShort), want.view(at::kShort)))
+          << "inter=" << inter << " in=" << in;
+      EXPECT_FALSE(normal.narrow(0, 1, 1).any().item<bool>()) << "row 1 is not subnormal";
+      EXPECT_TRUE(std::signbit(got[1][0].item<float>()));
+    }
+  }
+}
+
 TEST(Rowwise, RejectsWrongInputsWithAMessage) {
+  EXPECT_THROW(silu_mul(at::randn({2, 8}), at::kHalf), c10::Error);
   const at::Tensor x = at::randn({2, 8});
   EXPECT_THROW(rms_norm(x.to(at::kDouble), at::ones({8}), 1e-5), c10::Error);
   EXPECT_THROW(rms_norm(x, at::ones({7}), 1e-5), c10::Error);

@@ -120,19 +120,23 @@ at::Tensor AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor
     return t.const_data_ptr<float>() + h * t.stride(0) + r * t.stride(1);
   };
   const float s = static_cast<float>(scale);
-  at::parallel_for(0, H * rows, 256, [&](int64_t begin, int64_t end) {
-    for (int64_t hr = begin; hr < end; ++hr) {
-      const int64_t h = hr / rows, r = hr % rows;
-      // Pair t of a row is elements 2t and 2t + 1: the row's bf16 in order.
-      cpu::round_to_bf16_avx512bf16(
-          row(qc, h, r), s,
-          reinterpret_cast<uint16_t*>(q_pairs.get() + (h * rows_padded + r) * half), D);
+  // Position-major, heads inner: q, k and v are views of the fused qkv
+  // product [rows, H + 2 Hkv, D], so this reads it front to back (head-major
+  // it took a strided pass per head, 3.4 % of a 2,048-token prefill).
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t h = 0; h < H; ++h) {
+        // Pair t of a row is elements 2t and 2t + 1: the row's bf16 in order.
+        cpu::round_to_bf16_avx512bf16(
+            row(qc, h, r), s,
+            reinterpret_cast<uint16_t*>(q_pairs.get() + (h * rows_padded + r) * half), D);
+      }
     }
   });
-  at::parallel_for(0, Hkv * keys, 256, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, keys, 16, [&](int64_t begin, int64_t end) {
     std::vector<uint16_t> kb(static_cast<size_t>(D)), vb(static_cast<size_t>(D));
-    for (int64_t hk = begin; hk < end; ++hk) {
-      const int64_t g = hk / keys, key = hk % keys, tile = key / kTileKeys, in = key % kTileKeys;
+    for (int64_t kg = begin * Hkv; kg < end * Hkv; ++kg) {
+      const int64_t key = kg / Hkv, g = kg % Hkv, tile = key / kTileKeys, in = key % kTileKeys;
       cpu::round_to_bf16_avx512bf16(row(kc, g, key), 1.0f, kb.data(), D);
       cpu::round_to_bf16_avx512bf16(row(vc, g, key), 1.0f, vb.data(), D);
       uint16_t* kd = k_tiles.get() + (g * tiles + tile) * tile_k + in * 2;

@@ -24,6 +24,13 @@ int64_t RowGrain(int64_t row_elements) {
   return std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(row_elements, 1));
 }
 
+// One float32 row of rms_norm.
+void RmsNormRow(const float* row, const float* w, int64_t n, float eps, bool simd, float* o) {
+  if (simd && cpu::rms_norm_row_avx512(row, w, n, eps, o)) return;
+  const float scale = cpu::rms_scale(cpu::sum_of_squares_portable(row, n), n, eps);
+  for (int64_t j = 0; j < n; ++j) o[j] = w[j] * (row[j] * scale);
+}
+
 void CheckCpuFloat(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cpu(), name, ": expected a CPU tensor");
   TORCH_CHECK(t.scalar_type() == at::kFloat, name, ": expected float32, got ", t.scalar_type());
@@ -31,27 +38,35 @@ void CheckCpuFloat(const at::Tensor& t, const char* name) {
 
 }  // namespace
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                    at::ScalarType out_dtype) {
   CheckCpuFloat(x, "x");
   CheckCpuFloat(weight, "weight");
+  TORCH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16,
+              "rms_norm: out_dtype must be float32 or bfloat16, got ", out_dtype);
   check_shape(x, "x", {-1, -1});
   const int64_t m = x.size(0), n = x.size(1);
   check_shape(weight, "weight", {n});
   TORCH_CHECK(n > 0, "x: rows must not be empty");
   const at::Tensor xc = x.contiguous(), wc = weight.contiguous();
-  at::Tensor out = at::empty({m, n}, xc.options());
+  at::Tensor out = at::empty({m, n}, xc.options().dtype(out_dtype));
+  const bool bf16 = out_dtype == at::kBFloat16;
   const float* src = xc.const_data_ptr<float>();
   const float* w = wc.const_data_ptr<float>();
-  float* dst = out.data_ptr<float>();
-  const bool simd = cpu_isa() >= CpuIsa::kAvx512;
+  const bool simd = cpu_isa() >= CpuIsa::kAvx512, avx512_bf16 = has_avx512_bf16();
   const float eps_f = static_cast<float>(eps);
   at::parallel_for(0, m, RowGrain(n), [&](int64_t begin, int64_t end) {
+    std::vector<float> row_out(bf16 ? static_cast<size_t>(n) : 0);
     for (int64_t r = begin; r < end; ++r) {
       const float* row = src + r * n;
-      float* o = dst + r * n;
-      if (simd && cpu::rms_norm_row_avx512(row, w, n, eps_f, o)) continue;
-      const float scale = cpu::rms_scale(cpu::sum_of_squares_portable(row, n), n, eps_f);
-      for (int64_t j = 0; j < n; ++j) o[j] = w[j] * (row[j] * scale);
+      if (bf16) {
+        uint16_t* o = static_cast<uint16_t*>(out.data_ptr()) + r * n;
+        if (avx512_bf16 && cpu::rms_norm_row_avx512bf16(row, w, n, eps_f, o)) continue;
+        RmsNormRow(row, w, n, eps_f, simd, row_out.data());
+        for (int64_t j = 0; j < n; ++j) o[j] = bf16_bits_as_vcvtneps2bf16(row_out[j]);
+      } else {
+        RmsNormRow(row, w, n, eps_f, simd, out.data_ptr<float>() + r * n);
+      }
     }
   });
   return out;

@@ -21,8 +21,12 @@
 namespace snapserve::kernels {
 
 // x [m, n] float32, weight [n] float32 (CPU): weight * (x * rsqrt(mean(x^2) + eps)),
-// the mean of squares summed in double. Returns a new [m, n] float32 tensor.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// the mean of squares summed in double. Returns a new [m, n] float32 tensor,
+// or with out_dtype bfloat16 each float32 result rounded by
+// bf16_bits_as_vcvtneps2bf16 (as silu_mul: the input the AMX GEMM would
+// round it to, in half the bytes).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                    at::ScalarType out_dtype = at::kFloat);
 
 // x [m, heads, d] float32 with a contiguous last dimension (e.g. the q and k
 // heads of a fused qkv output), cos/sin [m, d] float32 contiguous: rotates x
@@ -91,6 +95,10 @@ inline float rms_scale(double squares, int64_t n, float eps) {
 // d floats at head_stride), 16 lanes at a time: the portable loops' bits
 // (rowwise_cpu_avx512.cc). Return false where this build lacks AVX-512.
 bool rms_norm_row_avx512(const float* x, const float* w, int64_t n, float eps, float* out);
+// The same row rounded by vcvtneps2bf16 as it is stored (AVX512_BF16 CPUs,
+// has_avx512_bf16).
+bool rms_norm_row_avx512bf16(const float* x, const float* w, int64_t n, float eps,
+                             uint16_t* out);
 bool rope_rotate_row_avx512(float* x, int64_t heads, int64_t head_stride, int64_t d,
                             const float* cos, const float* sin);
 // silu_mul's rows 16 lanes at a time (simd::exp_avx512): the bits of

@@ -109,6 +109,18 @@ SNAPSERVE_AVX512F bool rms_norm_row_avx512(const float* x, const float* w, int64
   return true;
 }
 
+SNAPSERVE_AVX512_BF16 bool rms_norm_row_avx512bf16(const float* x, const float* w, int64_t n,
+                                                float eps, uint16_t* out) {
+  const __m512 scale = _mm512_set1_ps(rms_scale(sum_of_squares(x, n), n, eps));
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = first_lanes(n - j);
+    const __m512 scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), scale);
+    const __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, w + j), scaled);
+    _mm256_mask_storeu_epi16(out + j, k, __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(y)));
+  }
+  return true;
+}
+
 // x[i] * cos[i] + (-x[i + half]) * sin[i] and x[i + half] * cos[i + half] +
 // x[i] * sin[i + half], each product rounded, then the sum.
 SNAPSERVE_AVX512F bool rope_rotate_row_avx512(float* x, int64_t heads, int64_t head_stride,
@@ -157,6 +169,9 @@ bool silu_mul_row_avx512bf16(const uint16_t* gate, const uint16_t* up, int64_t n
 
 namespace snapserve::kernels::cpu {
 bool rms_norm_row_avx512(const float*, const float*, int64_t, float, float*) { return false; }
+bool rms_norm_row_avx512bf16(const float*, const float*, int64_t, float, uint16_t*) {
+  return false;
+}
 bool rope_rotate_row_avx512(float*, int64_t, int64_t, int64_t, const float*, const float*) {
   return false;
 }

@@ -205,10 +205,20 @@ at::Tensor LlamaModel::LinearWidenedLater(const at::Tensor& x, const LinearWeigh
   return Linear(x, w);
 }
 
-at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
+bool LlamaModel::TakesBFloat16(const LinearWeight& w, int64_t rows) {
+  return rows > kernels::kLinearSmallRows && w.panels_for(rows).empty() &&
+         w.prefill_amx.defined();
+}
+
+at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight,
+                               const LinearWeight* consumer) const {
   // As transformers' LlamaRMSNorm: statistics in float32, scale in the compute
   // dtype. x is the float32 residual stream; the result feeds a matmul.
-  if (FusedRowwise(x)) return kernels::rms_norm(x, weight, config_.rms_norm_eps);
+  if (FusedRowwise(x)) {
+    const bool bf16 = consumer != nullptr && TakesBFloat16(*consumer, x.size(0));
+    return kernels::rms_norm(x, weight, config_.rms_norm_eps,
+                             bf16 ? at::kBFloat16 : at::kFloat);
+  }
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
   return weight * (xf * at::rsqrt(variance + config_.rms_norm_eps)).to(compute_dtype_);
@@ -233,13 +243,12 @@ void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& 
   // intermediate], the layer's largest output (kernels/rowwise.h).
   // When the down product runs on AMX tiles, which round their input to
   // bfloat16, the gate writes it rounded so (kernels/rowwise.h): the same
-  // bits, half the bytes, and no conversion pass.
-  if (FusedRowwise(x)) {
-    const bool amx_down = x.size(0) > kernels::kLinearSmallRows &&
-                          l.down.panels_for(x.size(0)).empty() && l.down.prefill_amx.defined();
+  // bits, half the bytes, and no conversion pass. (x itself may be bfloat16
+  // for the same reason: RmsNorm.)
+  if (FusedRowwise(h)) {
+    const bool bf16 = TakesBFloat16(l.down, x.size(0));
     return AddLinear(
-        h,
-        kernels::silu_mul(LinearWidenedLater(x, l.gate_up), amx_down ? at::kBFloat16 : at::kFloat),
+        h, kernels::silu_mul(LinearWidenedLater(x, l.gate_up), bf16 ? at::kBFloat16 : at::kFloat),
         l.down);
   }
   at::Tensor gate_up = Linear(x, l.gate_up);  // [m, 2 * intermediate]
@@ -354,7 +363,8 @@ at::Tensor LlamaModel::ContinuePrompt(PromptState& st, KvStore& store, int64_t m
   at::Tensor h = Embed(chunk).to(at::kFloat);  // [rows, hidden], the float32 residual stream
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[i];
-    at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm), l.qkv).view({rows, H + 2 * Hkv, D});
+    at::Tensor qkv =
+        Linear(RmsNorm(h, l.attn_norm, &l.qkv), l.qkv).view({rows, H + 2 * Hkv, D});
     // q and k are adjacent heads of one buffer: one RoPE call rotates both.
     at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
     at::Tensor q = qk.narrow(1, 0, H).transpose(0, 1);           // [H, rows, D]
@@ -390,7 +400,7 @@ at::Tensor LlamaModel::ContinuePrompt(PromptState& st, KvStore& store, int64_t m
     // otherwise, several alive at once), in place on the residual.
     for (int64_t r = 0; r < rows; r += kPrefillMlpRows) {
       at::Tensor slice = h.narrow(0, r, std::min(kPrefillMlpRows, rows - r));
-      AddMlp(slice, l, RmsNorm(slice, l.mlp_norm));
+      AddMlp(slice, l, RmsNorm(slice, l.mlp_norm, &l.gate_up));
     }
   }
   st.done = end;

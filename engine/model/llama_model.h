@@ -141,7 +141,15 @@ class LlamaModel {
   // Linear, except that the bfloat16 prompt GEMM's product stays bfloat16
   // (kernels::linear_bf16_gemm), for a consumer that widens it as it reads.
   at::Tensor LinearWidenedLater(const at::Tensor& x, const LinearWeight& w) const;
-  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+  // RMSNorm of x feeding `consumer`: rounded to bfloat16 already where
+  // `consumer` multiplies x's rows on AMX tiles (TakesBFloat16), the bits
+  // that GEMM would round them to.
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight,
+                     const LinearWeight* consumer = nullptr) const;
+  // Whether `w` multiplies `rows` rows on AMX tiles (its bfloat16 tiles, no
+  // int8 panels for that many rows): it rounds its input to bfloat16 first,
+  // so a producer may hand it bfloat16 (kernels/rowwise.h).
+  static bool TakesBFloat16(const LinearWeight& w, int64_t rows);
   // h += x · wᵀ (h the float32 residual rows): in the int8 panels' own
   // store where x's batch has panels (no intermediate tensor, no separate
   // add; the same bits), else h.add_(Linear(x, w)).

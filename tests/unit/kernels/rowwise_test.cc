@@ -140,6 +140,22 @@ TEST(SiluMul, BFloat16InputEqualsItsWidening) {
   }
 }
 
+// A bfloat16 result is the float32 result rounded to nearest even as
+// LibTorch rounds it (no subnormal results here: |x| ~ 1), tails included.
+TEST(RmsNorm, BFloat16OutputIsTheFloat32ResultRounded) {
+  at::manual_seed(9);
+  for (int64_t n : {1, 7, 576, 2049}) {
+    const at::Tensor x = at::randn({70, n}) * 3;
+    const at::Tensor w = at::randn({n});
+    const at::Tensor f = rms_norm(x, w, 1e-5);
+    const at::Tensor got = rms_norm(x, w, 1e-5, at::kBFloat16);
+    ASSERT_EQ(got.scalar_type(), at::kBFloat16);
+    ASSERT_TRUE((f.abs() >= std::numeric_limits<float>::min()).all().item<bool>());
+    EXPECT_TRUE(at::equal(got.view(at::kShort), f.to(at::kBFloat16).view(at::kShort))) << "n=" << n;
+  }
+  EXPECT_THROW(rms_norm(at::randn({2, 8}), at::ones({8}), 1e-5, at::kHalf), c10::Error);
+}
+
 // The AVX-512 (AVX512_BF16) gate row and the AVX2 one (what this CPU runs under
 // SNAPSERVE_CPU_ISA=avx2) give the same bits, float32 and bfloat16 inputs,
 // tails of every length mod 16, and lanes past exp's polynomial range.

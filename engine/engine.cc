@@ -104,6 +104,16 @@ StatusOr<std::vector<int32_t>> Engine::Impl::PromptIds(const GenerationRequest& 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() { Shutdown(); }
 
+namespace {
+// Runs fn on a thread that ends with it, so that the OpenMP team its
+// parallel regions open ends too (Engine::Create says why).
+template <typename Fn>
+void OnThreadOfItsOwn(Fn&& fn) {
+  std::thread worker(std::forward<Fn>(fn));
+  worker.join();
+}
+}  // namespace
+
 StatusOr<std::unique_ptr<Engine>> Engine::Create(
     const EngineOptions& options, const std::function<void(const std::string&)>& progress) {
   auto log = [&](const std::string& line) {
@@ -138,7 +148,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   // and woke it (20K context switches a second, decode at half speed,
   // docs/quantized-weights.md "OpenMP teams").
   Status loaded;
-  std::thread loader([&] {
+  OnThreadOfItsOwn([&] {
     loaded = [&]() -> Status {
       try {
         SNAPSERVE_ASSIGN_OR_RETURN(impl->model, model::LoadModel(options.model_path, dtype, device,
@@ -166,7 +176,6 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
       return Status::Ok();
     }();
   });
-  loader.join();
   if (!loaded.ok()) return loaded;
   // From here on, steps' large buffers are reused between steps instead of
   // being faulted in anew (engine/common/reusing_cpu_allocator.h).
@@ -195,7 +204,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
         "kv_cache_memory: " + std::to_string(options.kv_cache_memory_bytes) +
         " bytes hold not even one block");
   }
-  SNAPSERVE_ASSIGN_OR_RETURN(impl->cache, kv::PagedKvCache::Create(kc));
+  // Also on a thread of its own: the prefault writes the cache with
+  // LibTorch's parallel fill. On this thread it left the team described
+  // above, and W1's decode steps took 2.5x as long with
+  // --kv-cache-prefault=true, the deployment's setting (docs/kv-cache-and-scheduling.md).
+  StatusOr<std::unique_ptr<kv::PagedKvCache>> cache = Status::Internal("KV cache not created");
+  OnThreadOfItsOwn([&] { cache = kv::PagedKvCache::Create(kc); });
+  SNAPSERVE_ASSIGN_OR_RETURN(impl->cache, std::move(cache));
   log("KV cache: " + std::to_string(kc.num_blocks) + " blocks of " + std::to_string(kc.block_size) +
       " entries of one layer and KV head (" +
       std::to_string(static_cast<int64_t>(kc.num_blocks) * kc.block_size /

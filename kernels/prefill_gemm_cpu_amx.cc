@@ -13,9 +13,12 @@
 // row block by row block over a run of column blocks whose weight tiles fit
 // in L2 (kWeightRunBytes): a row block's x tiles (32 x k bf16: 36 KiB at
 // k = 576) stay in L1 across the run, and its outputs are written a row
-// segment after another. The other order (column blocks outer, a run of row
-// blocks inner) took 1.5x as long on the 2,048 x 3,072 x 576 gate/up
-// product, one thread (docs/quantized-weights.md).
+// segment after another. The weight tiles load with the non-temporal hint
+// (tile_load_once), so the 36 KiB of them each block streams past do not
+// evict x's from the 48 KiB L1: 1.2-1.25x the loop's speed at k = 576, one
+// thread (docs/quantized-weights.md, sixth session). The other order (column blocks outer, a run of
+// row blocks inner) took 1.5x as long on the 2,048 x 3,072 x 576 gate/up product, one thread
+// (docs/quantized-weights.md).
 #include "kernels/prefill_gemm_amx.h"
 
 #if defined(__x86_64__)

@@ -1,6 +1,8 @@
 """--kv-cache-dtype through the real server (the model-level accuracy of a
 bfloat16 cache is in test_model_parity.py,
 test_real_paged_decode_with_kv_cache_dtype)."""
+import os
+
 import grpc
 
 from test_server_e2e import BLOCK_SIZE, KV_CACHE_BYTES, KV_CACHE_TOKENS, LONG_PROMPT
@@ -49,3 +51,29 @@ def test_int8_kv_cache_holds_more_tokens_and_serves(start_server, model_path, pb
         server.stop()
     assert tokens["int8"][:2] == tokens["float32"][:2], tokens
 
+
+
+def test_prefaulted_cache_leaves_no_openmp_team_behind(start_server, model_path, pb):
+    """--kv-cache-prefault=true writes the whole cache at start with LibTorch's
+    parallel fill. Done on the main thread, that left an OpenMP team there
+    beside the scheduler's: libgomp then saw more pool threads than cores,
+    slept at every barrier, and decode ran at 0.4x (docs/kv-cache-and-
+    scheduling.md). The engine now creates the cache on a thread that ends,
+    so a prefaulted server runs exactly the threads of one without, before
+    and after serving a request."""
+    pb2, pb2_grpc = pb
+    counts = {}
+    for prefault in ("false", "true"):
+        server = start_server([f"--model={model_path}", f"--kv-cache-prefault={prefault}",
+                               "--threads=2", f"--kv-cache-memory={KV_CACHE_BYTES}",
+                               f"--block-size={BLOCK_SIZE}"])
+        at_start = len(os.listdir(f"/proc/{server.pid}/task"))
+        with grpc.insecure_channel(server.target) as ch:
+            r = pb2_grpc.GenerationStub(ch).Generate(pb2.GenerateRequest(
+                prompt=LONG_PROMPT,
+                stopping=pb2.StoppingCriteria(max_new_tokens=4, ignore_eos=True)), timeout=120)
+            assert len(r.token_ids) == 4
+        counts[prefault] = (at_start, len(os.listdir(f"/proc/{server.pid}/task")))
+        if prefault == "true":
+            assert "prefaulted" in server.logs()
+    assert counts["true"] == counts["false"], counts

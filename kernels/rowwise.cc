@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <c10/util/BFloat16.h>
-
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -53,6 +51,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
   const bool bf16 = out_dtype == at::kBFloat16;
   const float* src = xc.const_data_ptr<float>();
   const float* w = wc.const_data_ptr<float>();
+  float* dst = bf16 ? nullptr : out.data_ptr<float>();
+  auto* dst_bf16 = bf16 ? static_cast<uint16_t*>(out.data_ptr()) : nullptr;
   const bool simd = cpu_isa() >= CpuIsa::kAvx512, avx512_bf16 = has_avx512_bf16();
   const float eps_f = static_cast<float>(eps);
   at::parallel_for(0, m, RowGrain(n), [&](int64_t begin, int64_t end) {
@@ -60,12 +60,12 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
     for (int64_t r = begin; r < end; ++r) {
       const float* row = src + r * n;
       if (bf16) {
-        uint16_t* o = static_cast<uint16_t*>(out.data_ptr()) + r * n;
+        uint16_t* o = dst_bf16 + r * n;
         if (avx512_bf16 && cpu::rms_norm_row_avx512bf16(row, w, n, eps_f, o)) continue;
         RmsNormRow(row, w, n, eps_f, simd, row_out.data());
         for (int64_t j = 0; j < n; ++j) o[j] = bf16_bits_as_vcvtneps2bf16(row_out[j]);
       } else {
-        RmsNormRow(row, w, n, eps_f, simd, out.data_ptr<float>() + r * n);
+        RmsNormRow(row, w, n, eps_f, simd, dst + r * n);
       }
     }
   });
@@ -111,11 +111,6 @@ void rope_rotate_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
 
 namespace {
 
-float ToFloat(float v) { return v; }
-float ToFloat(uint16_t bf16_bits) {
-  return static_cast<float>(c10::BFloat16(bf16_bits, c10::BFloat16::from_bits()));
-}
-
 // silu_mul's rows from float32 or bfloat16 gate_up [m, 2 * inter] into
 // float32 or bfloat16 (rowwise.h) rows.
 template <typename T, typename Out>
@@ -137,10 +132,7 @@ void SiluMulRows(const T* src, int64_t m, int64_t inter, Out* dst) {
         f = o;
       }
       if (isa == CpuIsa::kPortable || !cpu::silu_mul_row_avx2(gate, up, inter, f)) {
-        for (int64_t i = 0; i < inter; ++i) {
-          const float g = ToFloat(gate[i]);
-          f[i] = g / (1.0f + std::exp(-g)) * ToFloat(up[i]);
-        }
+        for (int64_t i = 0; i < inter; ++i) f[i] = cpu::silu_mul_scalar(gate[i], up[i]);
       }
       if constexpr (std::is_same_v<Out, uint16_t>) {
         for (int64_t i = 0; i < inter; ++i) o[i] = bf16_bits_as_vcvtneps2bf16(f[i]);

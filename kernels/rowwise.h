@@ -56,6 +56,20 @@ inline uint16_t bf16_bits_as_vcvtneps2bf16(float v) {
 }
 
 namespace cpu {
+// A gate or up value as float32: itself, or a bfloat16's bits shifted up
+// (exact).
+inline float widen(float v) { return v; }
+inline float widen(uint16_t bf16_bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bf16_bits) << 16);
+}
+// silu(gate) * up = gate / (1 + exp(-gate)) * up with libm's exp: the
+// portable loop, and the scalar tails of the AVX2 and AVX-512 rows.
+template <typename T>
+inline float silu_mul_scalar(T gate, T up) {
+  const float g = widen(gate);
+  return g / (1.0f + std::exp(-g)) * widen(up);
+}
+
 // out[i] = silu(gate[i]) * up[i] for i < n, eight at a time with
 // simd::exp_avx2 (within 1 ulp of expf); returns false where the CPU path is
 // portable (rowwise_cpu_avx2.cc).
@@ -97,8 +111,7 @@ inline float rms_scale(double squares, int64_t n, float eps) {
 bool rms_norm_row_avx512(const float* x, const float* w, int64_t n, float eps, float* out);
 // The same row rounded by vcvtneps2bf16 as it is stored (AVX512_BF16 CPUs,
 // has_avx512_bf16).
-bool rms_norm_row_avx512bf16(const float* x, const float* w, int64_t n, float eps,
-                             uint16_t* out);
+bool rms_norm_row_avx512bf16(const float* x, const float* w, int64_t n, float eps, uint16_t* out);
 bool rope_rotate_row_avx512(float* x, int64_t heads, int64_t head_stride, int64_t d,
                             const float* cos, const float* sin);
 // silu_mul's rows 16 lanes at a time (simd::exp_avx512): the bits of

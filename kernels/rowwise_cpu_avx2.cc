@@ -23,8 +23,6 @@ __attribute__((target("avx2"))) inline __m256 load8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-inline float load1(float v) { return v; }
-inline float load1(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
 
 template <typename T>
 __attribute__((target("avx2"))) void silu_mul_row(const T* gate, const T* up, int64_t n,
@@ -38,10 +36,7 @@ __attribute__((target("avx2"))) void silu_mul_row(const T* gate, const T* up, in
     const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, load8(up + i)));
   }
-  for (; i < n; ++i) {
-    const float g = load1(gate[i]);
-    out[i] = g / (1.0f + std::exp(-g)) * load1(up[i]);
-  }
+  for (; i < n; ++i) out[i] = silu_mul_scalar(gate[i], up[i]);
 }
 
 }  // namespace

@@ -71,9 +71,6 @@ SNAPSERVE_AVX512F inline __m512 silu_mul16(__m512 g, __m512 u) {
   return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }
 
-inline float widen(float v) { return v; }
-inline float widen(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
-
 template <typename In, typename Out>
 SNAPSERVE_AVX512_BF16 void silu_mul_row(const In* gate, const In* up, int64_t n, Out* out) {
   int64_t i = 0;
@@ -87,10 +84,7 @@ SNAPSERVE_AVX512_BF16 void silu_mul_row(const In* gate, const In* up, int64_t n,
   alignas(64) float o[16];
   _mm512_store_ps(o, silu_mul16(load16(g), load16(u)));
   const int64_t vector_lanes = (n - i) / 8 * 8;
-  for (int64_t l = vector_lanes; l < n - i; ++l) {
-    const float x = widen(g[l]);
-    o[l] = x / (1.0f + std::exp(-x)) * widen(u[l]);
-  }
+  for (int64_t l = vector_lanes; l < n - i; ++l) o[l] = silu_mul_scalar(g[l], u[l]);
   Out rounded[16];
   store16(rounded, _mm512_load_ps(o));
   std::copy(rounded, rounded + (n - i), out + i);
@@ -110,7 +104,7 @@ SNAPSERVE_AVX512F bool rms_norm_row_avx512(const float* x, const float* w, int64
 }
 
 SNAPSERVE_AVX512_BF16 bool rms_norm_row_avx512bf16(const float* x, const float* w, int64_t n,
-                                                float eps, uint16_t* out) {
+                                                   float eps, uint16_t* out) {
   const __m512 scale = _mm512_set1_ps(rms_scale(sum_of_squares(x, n), n, eps));
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 k = first_lanes(n - j);

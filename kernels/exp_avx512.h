@@ -1,7 +1,7 @@
 // Vector float32 exps for the AVX-512 kernels: for the prompt attention
 // kernels' online softmax, a full-precision one and a cheaper one for
 // weights that are rounded to bfloat16 next; for the row kernels, exp_avx2's
-// bits 16 lanes wide. Internal to kernels/.
+// bits 16 lanes wide, and the SwiGLU gate built on it. Internal to kernels/.
 #pragma once
 
 #if defined(__x86_64__)
@@ -84,6 +84,18 @@ __attribute__((target("avx512f"))) inline __m512 exp_avx512(__m512 x) {
     if (!(xs[l] >= -87.0f && xs[l] <= 88.0f)) es[l] = std::exp(xs[l]);
   }
   return _mm512_load_ps(es);
+}
+
+// The SwiGLU gate, silu(g) * u = g / (1 + exp(-g)) * u, with exp_avx512 and
+// the AVX2 row's operations in its order: the bits of silu_mul_row_avx2
+// (kernels/rowwise.h) lane for lane, where callers compile with
+// -ffp-contract=off. For the AVX-512 row and the AMX MLP's epilogue
+// (kernels/prefill_gemm_amx.h).
+__attribute__((target("avx512f"))) inline __m512 silu_mul_avx512(__m512 g, __m512 u) {
+  const __m512 minus_g = _mm512_castsi512_ps(  // the sign bit flipped: exact
+      _mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32(static_cast<int>(0x80000000u))));
+  const __m512 e = exp_avx512(minus_g);
+  return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }
 
 }  // namespace snapserve::kernels::simd

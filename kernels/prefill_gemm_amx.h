@@ -54,15 +54,39 @@ at::Tensor linear_amx(const at::Tensor& x, const at::Tensor& packed, AmxOut out)
 // the tiles (no [m, n] temporary).
 void linear_amx_add_(at::Tensor& h, const at::Tensor& x, const at::Tensor& packed);
 
+// Whether the SwiGLU MLP of gate_up [2 * inter, k] and down [k, inter] can
+// take mlp_amx_add_: both fit, and inter is a multiple of 32.
+bool amx_mlp_fits(int64_t inter, int64_t k);
+
+// h [m, k] float32, contiguous: h += silu(gate) * up · downᵀ, with gate and
+// up the two halves of x · gate_upᵀ (x [m, k] float32 or bfloat16), both
+// packed by pack_amx_weight. The bits of
+//   linear_amx_add_(h, silu_mul(linear_amx(x, gate_up, kBFloat16), kBFloat16), down)
+// without its three passes over [m, 2 * inter]: the gate runs in the gate/up
+// product's epilogue, on a block of 16 gate and 16 up columns still in
+// cache, and writes down's x already packed as its tiles
+// (docs/quantized-weights.md, "The MLP in one pass").
+void mlp_amx_add_(at::Tensor& h, const at::Tensor& x, const at::Tensor& gate_up,
+                  const at::Tensor& down);
+
 namespace cpu {
 
 // Where one call's product goes (prefill_gemm_cpu_amx.cc).
-enum class AmxEpilogue { kStoreFloat32, kAddFloat32, kStoreBFloat16 };
+enum class AmxEpilogue {
+  kStoreFloat32,
+  kAddFloat32,
+  kStoreBFloat16,
+  // The product is [gate, up] (n = 2 * inter): column block cb pairs gate
+  // columns cb * 16.. with the up columns beside them, and writes
+  // silu_mul's bf16 result at columns cb * 16.. of [m_padded, inter], laid
+  // out as pack_amx_rows lays out x (the down product's input).
+  kSwiGluPacked,
+};
 
 struct AmxGemmArgs {
   const uint16_t* x = nullptr;  // pack_amx_rows' tiles of x, rows past m zero
   const uint16_t* w = nullptr;  // pack_amx_weight's layout
-  void* out = nullptr;          // [m, n] float32 or bf16 (epilogue)
+  void* out = nullptr;          // [m, n] float32 or bf16, or packed (epilogue)
   int64_t m = 0, n = 0, k = 0;
   AmxEpilogue epilogue = AmxEpilogue::kStoreFloat32;
 };

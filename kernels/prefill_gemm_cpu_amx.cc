@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "kernels/amx_tiles.h"
+#include "kernels/exp_avx512.h"
 
 namespace snapserve::kernels::cpu {
 
@@ -41,9 +42,42 @@ constexpr int64_t kBlock = kAmxGemmBlock, kHalf = 16, kStep = 32;
 constexpr int64_t kWeightTile = int64_t{16} * 16 * 2;
 // The weight tiles of one run of column blocks, in bytes (L2 is 2 MiB).
 constexpr int64_t kWeightRunBytes = int64_t{1024} * 1024;
-SNAPSERVE_AMX_GEMM void store_block(const AmxGemmArgs& a, int64_t row0, int64_t col0,
+// 16 bf16 values widened to float32 exactly (the bits shifted up).
+SNAPSERVE_AMX_GEMM inline __m512 widen_bf16(__m256i bits) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+// Row `row` of the SwiGLU epilogue's output, the down product's x: packed
+// as pack_amx_rows lays it out, at intermediate column `col` (a multiple of
+// 16, so the 16 values are contiguous).
+uint16_t* packed_row(const AmxGemmArgs& a, int64_t row, int64_t col) {
+  const int64_t steps = a.n / 2 / kStep;  // the intermediate size / 32
+  return static_cast<uint16_t*>(a.out) + (row / kHalf) * steps * kWeightTile +
+         (col / kStep) * kWeightTile + (row % kHalf) * kStep + col % kStep;
+}
+
+// c's 32 rows to a.out. Column block cb covers output columns cb * 32.. ,
+// or under kSwiGluPacked the gate's columns cb * 16.. (c's columns 0-15)
+// and the up columns beside them (16-31).
+SNAPSERVE_AMX_GEMM void store_block(const AmxGemmArgs& a, int64_t row0, int64_t cb,
                                     const float (&c)[kBlock][kBlock]) {
-  const int64_t rows = std::min(kBlock, a.m - row0);
+  if (a.epilogue == AmxEpilogue::kSwiGluPacked) {
+    // Every row, the padding too (zero products, zero outputs): the down
+    // product reads whole tiles. Gate and up are rounded to bf16 first, as
+    // linear_amx's kBFloat16 output is, then take silu_mul's operations: the
+    // bits of silu_mul(linear_amx(x, gate_up, kBFloat16), kBFloat16).
+    for (int64_t r = 0; r < kBlock; ++r) {
+      const __m512i rounded = __builtin_bit_cast(
+          __m512i, _mm512_cvtne2ps_pbh(_mm512_load_ps(c[r] + kHalf), _mm512_load_ps(c[r])));
+      const __m512 gate = widen_bf16(_mm512_castsi512_si256(rounded));
+      const __m512 up = widen_bf16(_mm512_extracti64x4_epi64(rounded, 1));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(packed_row(a, row0 + r, cb * kHalf)),
+          __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(simd::silu_mul_avx512(gate, up))));
+    }
+    return;
+  }
+  const int64_t rows = std::min(kBlock, a.m - row0), col0 = cb * kBlock;
   for (int64_t r = 0; r < rows; ++r) {
     const __m512 lo = _mm512_load_ps(c[r]), hi = _mm512_load_ps(c[r] + 16);
     const int64_t at = (row0 + r) * a.n + col0;
@@ -65,20 +99,24 @@ SNAPSERVE_AMX_GEMM void store_block(const AmxGemmArgs& a, int64_t row0, int64_t 
         _mm512_storeu_si512(dst, __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(hi, lo)));
         break;
       }
+      case AmxEpilogue::kSwiGluPacked:
+        break;  // above
     }
   }
 }
 
-// One 32 x 32 output block: rows row0.., columns col0.. .
-SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t col0) {
+// One 32 x 32 output block: rows row0.., column block cb.
+SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t cb) {
   using namespace amx;  // NOLINT(google-build-using-namespace): the tile vocabulary
   const int64_t steps = a.k / kStep;
   // x's tiles, packed as the weight's are: 16 rows x 32 k values, 1 KiB each.
   const uint16_t* x0 = a.x + (row0 / kHalf) * steps * kWeightTile;
   const uint16_t* x1 = x0 + steps * kWeightTile;
-  // Column block col0 / 16 and the next: each steps tiles long.
-  const uint16_t* w0 = a.w + (col0 / kHalf) * steps * kWeightTile;
-  const uint16_t* w1 = w0 + steps * kWeightTile;
+  // The block's two column tiles, each steps tiles long: 2 cb and the next,
+  // or under kSwiGluPacked gate tile cb and its up tile, n / 32 further.
+  const bool swiglu = a.epilogue == AmxEpilogue::kSwiGluPacked;
+  const uint16_t* w0 = a.w + (swiglu ? cb : 2 * cb) * steps * kWeightTile;
+  const uint16_t* w1 = w0 + (swiglu ? a.n / kBlock : 1) * steps * kWeightTile;
   tile_zero<0>();
   tile_zero<1>();
   tile_zero<2>();
@@ -99,7 +137,7 @@ SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t c
   tile_store<1>(&c[0][kHalf], kStride);
   tile_store<2>(&c[kHalf][0], kStride);
   tile_store<3>(&c[kHalf][kHalf], kStride);
-  store_block(a, row0, col0, c);
+  store_block(a, row0, cb, c);
 }
 
 }  // namespace
@@ -131,7 +169,7 @@ void gemm_amx_blocks(const AmxGemmArgs& a, int64_t row_block_begin, int64_t row_
   for (int64_t cb0 = col_block_begin; cb0 < col_block_end; cb0 += run) {
     const int64_t cb1 = std::min(col_block_end, cb0 + run);
     for (int64_t rb = row_block_begin; rb < row_block_end; ++rb) {
-      for (int64_t cb = cb0; cb < cb1; ++cb) gemm_block(a, rb * kBlock, cb * kBlock);
+      for (int64_t cb = cb0; cb < cb1; ++cb) gemm_block(a, rb * kBlock, cb);
     }
   }
   amx::release_tiles();

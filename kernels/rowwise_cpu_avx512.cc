@@ -65,16 +65,10 @@ SNAPSERVE_AVX512_BF16 inline void store16(uint16_t* p, __m512 v) {
                       __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(v)));
 }
 
-// silu(g) * u with the AVX2 loop's operations: g / (1 + exp(-g)) * u.
-SNAPSERVE_AVX512F inline __m512 silu_mul16(__m512 g, __m512 u) {
-  const __m512 e = simd::exp_avx512(negate(g, _mm512_set1_epi32(static_cast<int>(0x80000000u))));
-  return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
-}
-
 template <typename In, typename Out>
 SNAPSERVE_AVX512_BF16 void silu_mul_row(const In* gate, const In* up, int64_t n, Out* out) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) store16(out + i, silu_mul16(load16(gate + i), load16(up + i)));
+  for (; i + 16 <= n; i += 16) store16(out + i, simd::silu_mul_avx512(load16(gate + i), load16(up + i)));
   if (i == n) return;
   // The last n % 16 through zero-padded copies: a whole eight of them as the
   // AVX2 loop's vector, the rest as its scalar tail (libm).
@@ -82,7 +76,7 @@ SNAPSERVE_AVX512_BF16 void silu_mul_row(const In* gate, const In* up, int64_t n,
   std::copy(gate + i, gate + n, g);
   std::copy(up + i, up + n, u);
   alignas(64) float o[16];
-  _mm512_store_ps(o, silu_mul16(load16(g), load16(u)));
+  _mm512_store_ps(o, simd::silu_mul_avx512(load16(g), load16(u)));
   const int64_t vector_lanes = (n - i) / 8 * 8;
   for (int64_t l = vector_lanes; l < n - i; ++l) o[l] = silu_mul_scalar(g[l], u[l]);
   Out rounded[16];

@@ -246,6 +246,12 @@ void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& 
   // bits, half the bytes, and no conversion pass. (x itself may be bfloat16
   // for the same reason: RmsNorm.)
   if (FusedRowwise(h)) {
+    // On AMX tiles both products and the gate run as one pass
+    // (kernels/prefill_gemm_amx.h, mlp_amx_add_): the same bits.
+    if (TakesBFloat16(l.gate_up, x.size(0)) && TakesBFloat16(l.down, x.size(0)) &&
+        kernels::amx_mlp_fits(config_.intermediate, config_.hidden) && h.is_contiguous()) {
+      return kernels::mlp_amx_add_(h, x.contiguous(), l.gate_up.prefill_amx, l.down.prefill_amx);
+    }
     const bool bf16 = TakesBFloat16(l.down, x.size(0));
     return AddLinear(
         h, kernels::silu_mul(LinearWidenedLater(x, l.gate_up), bf16 ? at::kBFloat16 : at::kFloat),

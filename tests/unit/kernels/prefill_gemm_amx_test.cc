@@ -1,7 +1,8 @@
 // The AMX prompt GEMM (kernels/prefill_gemm_amx.h) against a float64 product
 // of the same bfloat16-rounded operands, on the model's shapes and on row
 // counts that are not multiples of its 32-row blocks; its three outputs
-// against each other; a row's bits against the rows beside it; refusals.
+// against each other; a row's bits against the rows beside it; the MLP in
+// one pass against its three; refusals.
 #include "kernels/prefill_gemm_amx.h"
 
 #include <ATen/ATen.h>
@@ -114,6 +115,44 @@ TEST_F(PrefillGemmAmxTest, ARowsBitsDoNotDependOnTheRowsBesideIt) {
                         all.narrow(0, 230, 70)));
   EXPECT_TRUE(at::equal(linear_amx(x.narrow(0, 3, 5).contiguous(), packed, AmxOut::kFloat32),
                         all.narrow(0, 3, 5)));
+}
+
+// The MLP in one pass has the bits of its three passes, each checked on its
+// own above and in rowwise_test: 300 rows (split between threads by rows),
+// 70 (a partial block), 5 (columns split instead), float32 and bfloat16 x.
+TEST_F(PrefillGemmAmxTest, MlpInOnePassHasTheBitsOfItsThreePasses) {
+  const int64_t hidden = 576, inter = 1536;
+  ASSERT_TRUE(amx_mlp_fits(inter, hidden));
+  // Gate values over a few units, so silu runs through its whole curve.
+  const at::Tensor gate_up = pack_amx_weight(at::randn({2 * inter, hidden}) * 0.15);
+  const at::Tensor down = pack_amx_weight(at::randn({hidden, inter}) * 0.05);
+  for (const int64_t m : {300, 70, 5}) {
+    for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const at::Tensor x = at::randn({m, hidden}).to(dtype);
+      const at::Tensor h0 = at::randn({m, hidden});
+      at::Tensor three_passes = h0.clone();
+      linear_amx_add_(three_passes,
+                      silu_mul(linear_amx(x, gate_up, AmxOut::kBFloat16), at::kBFloat16), down);
+      at::Tensor one_pass = h0.clone();
+      mlp_amx_add_(one_pass, x, gate_up, down);
+      EXPECT_TRUE(at::equal(one_pass, three_passes)) << m << " rows, " << dtype;
+      EXPECT_FALSE(at::equal(one_pass, h0));  // it added something
+    }
+  }
+}
+
+TEST_F(PrefillGemmAmxTest, MlpRefusesShapesThatDoNotChain) {
+  EXPECT_FALSE(amx_mlp_fits(48, 576));  // inter not a multiple of 32
+  const at::Tensor gate_up = pack_amx_weight(at::randn({128, 64}));  // inter 64, k 64
+  at::Tensor h = at::zeros({8, 64});
+  EXPECT_THROW(mlp_amx_add_(h, at::randn({8, 64}), gate_up, pack_amx_weight(at::randn({64, 96}))),
+               c10::Error);  // down's k is not inter
+  EXPECT_THROW(mlp_amx_add_(h, at::randn({8, 64}), gate_up, pack_amx_weight(at::randn({32, 64}))),
+               c10::Error);  // down's n is not k
+  at::Tensor narrow_h = at::zeros({8, 32});
+  EXPECT_THROW(mlp_amx_add_(narrow_h, at::randn({8, 64}), gate_up,
+                            pack_amx_weight(at::randn({64, 64}))),
+               c10::Error);
 }
 
 TEST_F(PrefillGemmAmxTest, RefusesWhatItCannotTake) {

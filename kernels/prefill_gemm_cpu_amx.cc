@@ -9,7 +9,8 @@
 //              worse);
 //   tmm6-tmm7  the weight's 16 pairs along k x 16 columns, for columns 0-15
 //              and 16-31: 1 KiB each, contiguous in the packed layout.
-// Each step loads four tiles and issues four tdpbf16ps. A thread's blocks go
+// Each step loads four tiles, issues four tdpbf16ps, and runs a row or two
+// of the previous block's epilogue on AVX-512 (gemm_block). A thread's blocks go
 // row block by row block over a run of column blocks whose weight tiles fit
 // in L2 (kWeightRunBytes): a row block's x tiles (32 x k bf16: 36 KiB at
 // k = 576) stay in L1 across the run, and its outputs are written a row
@@ -56,32 +57,21 @@ uint16_t* packed_row(const AmxGemmArgs& a, int64_t row, int64_t col) {
          (col / kStep) * kWeightTile + (row % kHalf) * kStep + col % kStep;
 }
 
-// c's 32 rows to a.out. Column block cb covers output columns cb * 32.. ,
-// or under kSwiGluPacked the gate's columns cb * 16.. (c's columns 0-15)
-// and the up columns beside them (16-31).
-SNAPSERVE_AMX_GEMM void store_block(const AmxGemmArgs& a, int64_t row0, int64_t cb,
-                                    const float (&c)[kBlock][kBlock]) {
-  if (a.epilogue == AmxEpilogue::kSwiGluPacked) {
-    // Every row, the padding too (zero products, zero outputs): the down
-    // product reads whole tiles. Gate and up are rounded to bf16 first, as
-    // linear_amx's kBFloat16 output is, then take silu_mul's operations: the
-    // bits of silu_mul(linear_amx(x, gate_up, kBFloat16), kBFloat16).
-    for (int64_t r = 0; r < kBlock; ++r) {
-      const __m512i rounded = __builtin_bit_cast(
-          __m512i, _mm512_cvtne2ps_pbh(_mm512_load_ps(c[r] + kHalf), _mm512_load_ps(c[r])));
-      const __m512 gate = widen_bf16(_mm512_castsi512_si256(rounded));
-      const __m512 up = widen_bf16(_mm512_extracti64x4_epi64(rounded, 1));
-      _mm256_storeu_si256(
-          reinterpret_cast<__m256i*>(packed_row(a, row0 + r, cb * kHalf)),
-          __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(simd::silu_mul_avx512(gate, up))));
-    }
-    return;
-  }
-  const int64_t rows = std::min(kBlock, a.m - row0), col0 = cb * kBlock;
-  for (int64_t r = 0; r < rows; ++r) {
-    const __m512 lo = _mm512_load_ps(c[r]), hi = _mm512_load_ps(c[r] + 16);
-    const int64_t at = (row0 + r) * a.n + col0;
-    switch (a.epilogue) {
+// A block's sums, stored from the tiles, waiting for their epilogue; row0
+// -1: none.
+struct PendingBlock {
+  int64_t row0 = -1, cb = 0;
+  alignas(64) float c[kBlock][kBlock];
+};
+
+// store_rows' float32 and plain bf16 outputs: rows [r0, r1) of b, real rows.
+template <AmxEpilogue kEpilogue>
+SNAPSERVE_AMX_GEMM inline void store_float32_rows(const AmxGemmArgs& a, const PendingBlock& b,
+                                                  int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const __m512 lo = _mm512_load_ps(b.c[r]), hi = _mm512_load_ps(b.c[r] + 16);
+    const int64_t at = (b.row0 + r) * a.n + b.cb * kBlock;
+    switch (kEpilogue) {
       case AmxEpilogue::kStoreFloat32: {
         float* dst = static_cast<float*>(a.out) + at;
         _mm512_storeu_ps(dst, lo);
@@ -100,13 +90,47 @@ SNAPSERVE_AMX_GEMM void store_block(const AmxGemmArgs& a, int64_t row0, int64_t 
         break;
       }
       case AmxEpilogue::kSwiGluPacked:
-        break;  // above
+        break;  // store_rows' own loop
     }
   }
 }
 
-// One 32 x 32 output block: rows row0.., column block cb.
-SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t cb) {
+// Rows [r0, r1) of block b to a.out. Column block cb covers output columns
+// cb * 32.. , or under kSwiGluPacked the gate's columns cb * 16.. (c's
+// columns 0-15) and the up columns beside them (16-31).
+// (A template on the epilogue, so that each tile loop inlines its own.)
+template <AmxEpilogue kEpilogue>
+[[gnu::always_inline]] SNAPSERVE_AMX_GEMM inline void store_rows(const AmxGemmArgs& a, const PendingBlock& b, int64_t r0,
+                                          int64_t r1) {
+  if (b.row0 < 0) return;
+  if constexpr (kEpilogue == AmxEpilogue::kSwiGluPacked) {
+    // Every row, the padding too (zero products, zero outputs): the down
+    // product reads whole tiles. Gate and up are rounded to bf16 first, as
+    // linear_amx's kBFloat16 output is, then take silu_mul's operations: the
+    // bits of silu_mul(linear_amx(x, gate_up, kBFloat16), kBFloat16).
+    for (int64_t r = r0; r < r1; ++r) {
+      const __m512i rounded = __builtin_bit_cast(
+          __m512i, _mm512_cvtne2ps_pbh(_mm512_load_ps(b.c[r] + kHalf), _mm512_load_ps(b.c[r])));
+      const __m512 gate = widen_bf16(_mm512_castsi512_si256(rounded));
+      const __m512 up = widen_bf16(_mm512_extracti64x4_epi64(rounded, 1));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(packed_row(a, b.row0 + r, b.cb * kHalf)),
+          __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(simd::silu_mul_avx512(gate, up))));
+    }
+  } else {
+    store_float32_rows<kEpilogue>(a, b, r0, std::min(r1, a.m - b.row0));
+  }
+}
+
+// One 32 x 32 output block, rows row0.. of column block cb, into `mine`;
+// the epilogue of the block before (`previous`) runs a few rows after each
+// k step meanwhile. Out of order execution did not overlap a whole epilogue
+// with the next block's tile loop, and an epilogue run between blocks left
+// the tile unit idle: a third of the loop's time at the gate/up shape
+// (docs/quantized-weights.md, "The MLP in one pass").
+template <AmxEpilogue kEpilogue>
+SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t cb,
+                                   const PendingBlock& previous, PendingBlock& mine) {
   using namespace amx;  // NOLINT(google-build-using-namespace): the tile vocabulary
   const int64_t steps = a.k / kStep;
   // x's tiles, packed as the weight's are: 16 rows x 32 k values, 1 KiB each.
@@ -114,9 +138,11 @@ SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t c
   const uint16_t* x1 = x0 + steps * kWeightTile;
   // The block's two column tiles, each steps tiles long: 2 cb and the next,
   // or under kSwiGluPacked gate tile cb and its up tile, n / 32 further.
-  const bool swiglu = a.epilogue == AmxEpilogue::kSwiGluPacked;
+  constexpr bool swiglu = kEpilogue == AmxEpilogue::kSwiGluPacked;
   const uint16_t* w0 = a.w + (swiglu ? cb : 2 * cb) * steps * kWeightTile;
   const uint16_t* w1 = w0 + (swiglu ? a.n / kBlock : 1) * steps * kWeightTile;
+  // The previous epilogue's rows per step: all 32 within the loop.
+  const int64_t rows_per_step = (kBlock + steps - 1) / steps;
   tile_zero<0>();
   tile_zero<1>();
   tile_zero<2>();
@@ -130,14 +156,35 @@ SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t c
     tile_load<5>(x1 + s * kWeightTile, kTileBytes);
     tile_dot_bf16<2, 5, 6>();
     tile_dot_bf16<3, 5, 7>();
+    const int64_t r0 = s * rows_per_step;
+    if (r0 < kBlock) store_rows<kEpilogue>(a, previous, r0, std::min(kBlock, r0 + rows_per_step));
   }
-  alignas(64) float c[kBlock][kBlock];
   constexpr int64_t kStride = kBlock * sizeof(float);
-  tile_store<0>(&c[0][0], kStride);
-  tile_store<1>(&c[0][kHalf], kStride);
-  tile_store<2>(&c[kHalf][0], kStride);
-  tile_store<3>(&c[kHalf][kHalf], kStride);
-  store_block(a, row0, cb, c);
+  tile_store<0>(&mine.c[0][0], kStride);
+  tile_store<1>(&mine.c[0][kHalf], kStride);
+  tile_store<2>(&mine.c[kHalf][0], kStride);
+  tile_store<3>(&mine.c[kHalf][kHalf], kStride);
+  mine.row0 = row0;
+  mine.cb = cb;
+}
+
+// gemm_amx_blocks for one epilogue.
+template <AmxEpilogue kEpilogue>
+SNAPSERVE_AMX_GEMM void run_blocks(const AmxGemmArgs& a, int64_t row_block_begin, int64_t row_block_end,
+                int64_t col_block_begin, int64_t col_block_end) {
+  const int64_t run = std::max<int64_t>(1, kWeightRunBytes / (kBlock * a.k * 2));
+  PendingBlock blocks[2];  // the block being computed and the one before
+  int next = 0;
+  for (int64_t cb0 = col_block_begin; cb0 < col_block_end; cb0 += run) {
+    const int64_t cb1 = std::min(col_block_end, cb0 + run);
+    for (int64_t rb = row_block_begin; rb < row_block_end; ++rb) {
+      for (int64_t cb = cb0; cb < cb1; ++cb) {
+        gemm_block<kEpilogue>(a, rb * kBlock, cb, blocks[next ^ 1], blocks[next]);
+        next ^= 1;
+      }
+    }
+  }
+  store_rows<kEpilogue>(a, blocks[next ^ 1], 0, kBlock);  // the last block's epilogue
 }
 
 }  // namespace
@@ -165,12 +212,22 @@ void gemm_amx_blocks(const AmxGemmArgs& a, int64_t row_block_begin, int64_t row_
                      int64_t col_block_begin, int64_t col_block_end) {
   static const amx::TileConfig config = amx::all_tiles_full();
   amx::load_config(config);
-  const int64_t run = std::max<int64_t>(1, kWeightRunBytes / (kBlock * a.k * 2));
-  for (int64_t cb0 = col_block_begin; cb0 < col_block_end; cb0 += run) {
-    const int64_t cb1 = std::min(col_block_end, cb0 + run);
-    for (int64_t rb = row_block_begin; rb < row_block_end; ++rb) {
-      for (int64_t cb = cb0; cb < cb1; ++cb) gemm_block(a, rb * kBlock, cb);
-    }
+  const auto run = [&]<AmxEpilogue kEpilogue>() {
+    run_blocks<kEpilogue>(a, row_block_begin, row_block_end, col_block_begin, col_block_end);
+  };
+  switch (a.epilogue) {
+    case AmxEpilogue::kStoreFloat32:
+      run.template operator()<AmxEpilogue::kStoreFloat32>();
+      break;
+    case AmxEpilogue::kAddFloat32:
+      run.template operator()<AmxEpilogue::kAddFloat32>();
+      break;
+    case AmxEpilogue::kStoreBFloat16:
+      run.template operator()<AmxEpilogue::kStoreBFloat16>();
+      break;
+    case AmxEpilogue::kSwiGluPacked:
+      run.template operator()<AmxEpilogue::kSwiGluPacked>();
+      break;
   }
   amx::release_tiles();
 }

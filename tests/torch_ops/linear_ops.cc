@@ -78,6 +78,14 @@ at::Tensor LinearAmx(at::Tensor h, const at::Tensor& x, const at::Tensor& w,
   return linear_amx(x, packed, out == "float32" ? AmxOut::kFloat32 : AmxOut::kBFloat16);
 }
 
+// The AMX MLP in one pass (kernels/prefill_gemm_amx.h) on packed weights:
+// h += silu(gate) * up · downᵀ; returns h.
+at::Tensor MlpAmxAdd(at::Tensor h, const at::Tensor& x, const at::Tensor& gate_up,
+                     const at::Tensor& down) {
+  mlp_amx_add_(h, x, gate_up, down);
+  return h;
+}
+
 }  // namespace
 }  // namespace snapserve::kernels
 
@@ -100,6 +108,8 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
   m.def("pack_amx_weight(Tensor w) -> Tensor", &snapserve::kernels::pack_amx_weight);
   m.def("linear_amx(Tensor(a!) h, Tensor x, Tensor w, str out) -> Tensor",
         &snapserve::kernels::LinearAmx);
+  m.def("mlp_amx_add_(Tensor(a!) h, Tensor x, Tensor gate_up, Tensor down) -> Tensor(a!)",
+        &snapserve::kernels::MlpAmxAdd);
   // The SwiGLU gate (kernels/rowwise.h), for bench/ timing.
   m.def("silu_mul(Tensor gate_up, bool bf16_out) -> Tensor", [](const at::Tensor& g, bool bf16) {
     return snapserve::kernels::silu_mul(g, bf16 ? at::kBFloat16 : at::kFloat);

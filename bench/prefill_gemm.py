@@ -1,0 +1,96 @@
+"""Benchmark: one layer's prompt products on AMX tiles (kernels/prefill_gemm_amx.h)
+alone, on the default model's shapes (hidden 576, intermediate 1536, 9 + 2 x 3
+heads of 64), so that a change to the GEMM can be measured on a noisy 2-core VM
+(a whole prefill's time varies by more than the change):
+
+- qkv: [rows, 576] x [960, 576]^T to float32;
+- o_proj: [rows, 576] x [576, 576]^T added into the residual;
+- mlp_one_pass: mlp_amx_add_ (gate/up with the SwiGLU in its epilogue, then down);
+- mlp_three_passes: the same MLP as linear_amx (bf16 out) + silu_mul + linear_amx add.
+
+GFLOP/s count 2 m n k per product. Medians of --runs, each the mean of --reps calls.
+Skips (and says so) where the CPU has no AMX-BF16.
+
+    SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/prefill_gemm.py [--out NAME] [--library SO]
+"""
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import common as c  # noqa: E402
+
+HIDDEN, INTER, QKV = 576, 1536, 960
+
+
+def timed(fn, runs, reps):
+    fn()
+    samples = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        samples.append((time.perf_counter() - t) / reps)
+    return statistics.median(samples)
+
+
+def rows_for(ops, m, runs, reps):
+    g = torch.Generator().manual_seed(m)
+    x = torch.randn(m, HIDDEN, generator=g)
+    xb = x.to(torch.bfloat16)
+    h = torch.randn(m, HIDDEN, generator=g)
+    w = {name: ops.pack_amx_weight(torch.randn(n, k, generator=g) * 0.05)
+         for name, n, k in (("qkv", QKV, HIDDEN), ("o", HIDDEN, HIDDEN),
+                            ("gate_up", 2 * INTER, HIDDEN), ("down", HIDDEN, INTER))}
+
+    def three_passes():
+        gate_up = ops.linear_amx(h, xb, w["gate_up"], "bfloat16")
+        ops.linear_amx(h, ops.silu_mul(gate_up, True), w["down"], "add")
+
+    cases = [
+        ("qkv", 2 * m * QKV * HIDDEN, lambda: ops.linear_amx(h, xb, w["qkv"], "float32")),
+        ("o_proj", 2 * m * HIDDEN * HIDDEN, lambda: ops.linear_amx(h, x, w["o"], "add")),
+        ("mlp_one_pass", 2 * m * 3 * INTER * HIDDEN,
+         lambda: ops.mlp_amx_add_(h, xb, w["gate_up"], w["down"])),
+        ("mlp_three_passes", 2 * m * 3 * INTER * HIDDEN, three_passes),
+    ]
+    out = []
+    for name, flops, fn in cases:
+        s = timed(fn, runs, reps)
+        out.append({"product": name, "rows": m, "ms": 1000 * s, "gflop_s": flops / s / 1e9})
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--out", default="prefill_gemm.json")
+    ap.add_argument("--library", default=os.environ.get("SNAPSERVE_TORCH_OPS"),
+                    help="the torch ops library (default: the build's), e.g. to compare two builds")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.library is None:
+        from snapserve_testkit.paths import build_dir
+        args.library = str(build_dir() / "tests" / "libsnapserve_torch_ops.so")
+    torch.ops.load_library(args.library)
+    ops = torch.ops.snapserve
+    if not ops.has_amx_gemm(32, 32):
+        c.log({"skipped": "no AMX-BF16 on this CPU (or under SNAPSERVE_CPU_ISA)"})
+        return
+    rows = rows_for(ops, 1024, args.runs, 4) + rows_for(ops, 2048, args.runs, 2)
+    for row in rows:
+        c.log(row)
+    c.write_json(args.out, {"benchmark": "prefill_gemm", "machine": c.machine_info(args.threads),
+                            "threads": args.threads, "runs": args.runs, "library": args.library,
+                            "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

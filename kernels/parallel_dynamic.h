@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 namespace snapserve::kernels::cpu {
 
@@ -42,6 +43,57 @@ void parallel_dynamic(int64_t n, int64_t chunk, const Fn& fn) {
 // A chunk size giving each of the threads about `per_thread` chunks of `n`
 // items: enough to even out the threads, few enough that taking a chunk
 // (one atomic add on a shared line) stays negligible beside its work.
+// Calls fn(begin, end) over [0, n) (n < 2^31): each thread runs its own
+// contiguous share front to back, `chunk` items at a time, and a thread done
+// with its share then takes chunks from the back of the others' shares.
+//
+// Why: decode-sized products stream their weights, and one contiguous share
+// per thread streams better than chunks handed out in turn (a batch-1 step
+// was ~15 % slower with interleaved panels); but with fixed shares the
+// thread on the faster core waited at the end of each product, and a
+// batch-1 step's libgomp waits were ~17 % of its samples. Here both hold:
+// shares stay contiguous, and whichever thread finishes first takes work
+// from the other's far end.
+//
+// As parallel_dynamic: an item must be computed the same way whichever
+// thread takes it; nested, it runs serially.
+template <typename Fn>
+void parallel_shares(int64_t n, int64_t chunk, const Fn& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(chunk, 1);
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), (n + chunk - 1) / chunk);
+  // A share's remaining [front, back), front in the low 32 bits.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range;
+  };
+  const auto pack = [](uint64_t front, uint64_t back) { return front | (back << 32); };
+  std::unique_ptr<Share[]> shares(new Share[static_cast<size_t>(workers)]);
+  for (int64_t t = 0; t < workers; ++t) {
+    shares[t].range.store(pack(n * t / workers, n * (t + 1) / workers), std::memory_order_relaxed);
+  }
+  // Takes up to `chunk` items from the front (own share) or the back (another's).
+  const auto take = [&](Share& s, bool front, int64_t& begin, int64_t& end) {
+    uint64_t r = s.range.load(std::memory_order_relaxed);
+    for (;;) {
+      const int64_t f = static_cast<int64_t>(r & 0xFFFFFFFFu), b = static_cast<int64_t>(r >> 32);
+      if (f >= b) return false;
+      begin = front ? f : std::max(f, b - chunk);
+      end = front ? std::min(b, f + chunk) : b;
+      const uint64_t next = front ? pack(end, b) : pack(f, begin);
+      if (s.range.compare_exchange_weak(r, next, std::memory_order_relaxed)) return true;
+    }
+  };
+  at::parallel_for(0, workers, 1, [&](int64_t t0, int64_t t1) {
+    int64_t begin = 0, end = 0;
+    for (int64_t t = t0; t < t1; ++t) {
+      while (take(shares[t], true, begin, end)) fn(begin, end);
+    }
+    for (int64_t v = 1; v < workers; ++v) {
+      while (take(shares[(t0 + v) % workers], false, begin, end)) fn(begin, end);
+    }
+  });
+}
+
 inline int64_t chunk_for(int64_t n, int64_t per_thread = 8) {
   const int64_t threads = std::max<int64_t>(at::get_num_threads(), 1);
   return std::max<int64_t>(1, n / (threads * per_thread));

@@ -163,12 +163,14 @@ void run_int8_panels(const at::Tensor& xc, const Int8Panels& w, CpuIsa isa, floa
   // Prompts (compute-bound) hand panels out at run time
   // (kernels/parallel_dynamic.h); decode-sized batches read the weights
   // once and keep one contiguous share per thread, which streams better
-  // (a batch-1 step was ~15 % slower with interleaved panels). A panel's
-  // columns are computed the same way whichever thread takes it.
+  // (a batch-1 step was ~15 % slower with interleaved panels), a panel at a
+  // time, the first thread done taking panels from the other's far end
+  // (parallel_shares). A panel's columns are computed the same way whichever
+  // thread takes it.
   if (m > kLinearSmallRows) {
     cpu::parallel_dynamic(w.panels, cpu::chunk_for(w.panels), run);
   } else {
-    at::parallel_for(0, w.panels, 1, run);
+    cpu::parallel_shares(w.panels, 1, run);
   }
 }
 

@@ -1,5 +1,6 @@
 // kernels/parallel_dynamic.h: every item runs exactly once, whatever the
-// chunking, and a slow thread leaves its share to the others.
+// chunking, and a slow thread leaves its share (parallel_shares: its share's
+// tail) to the others.
 #include "kernels/parallel_dynamic.h"
 
 #include <ATen/Parallel.h>
@@ -25,10 +26,12 @@ class ParallelDynamicTest : public ::testing::Test {
   int threads_ = 1;
 };
 
-// How many times each item of [0, n) was passed to fn.
-std::vector<int> Visits(int64_t n, int64_t chunk) {
+// How many times each item of [0, n) was passed to fn by `loop`
+// (parallel_dynamic or parallel_shares).
+template <typename Loop>
+std::vector<int> Visits(int64_t n, int64_t chunk, Loop loop) {
   std::vector<std::atomic<int>> counts(static_cast<size_t>(n));
-  parallel_dynamic(n, chunk, [&](int64_t begin, int64_t end) {
+  loop(n, chunk, [&](int64_t begin, int64_t end) {
     EXPECT_LT(begin, end);
     EXPECT_LE(end - begin, std::max<int64_t>(chunk, 1));
     for (int64_t i = begin; i < end; ++i) counts[static_cast<size_t>(i)].fetch_add(1);
@@ -40,12 +43,41 @@ std::vector<int> Visits(int64_t n, int64_t chunk) {
 }
 
 TEST_F(ParallelDynamicTest, RunsEveryItemOnce) {
+  const auto dynamic = [](int64_t n, int64_t chunk, const auto& fn) {
+    parallel_dynamic(n, chunk, fn);
+  };
+  const auto shares = [](int64_t n, int64_t chunk, const auto& fn) {
+    parallel_shares(n, chunk, fn);
+  };
   for (int64_t n : {0, 1, 2, 17, 96, 4608}) {
     for (int64_t chunk : {0, 1, 3, 16, 5000}) {
       SCOPED_TRACE(::testing::Message() << "n=" << n << " chunk=" << chunk);
-      EXPECT_EQ(Visits(n, chunk), std::vector<int>(static_cast<size_t>(n), 1));
+      EXPECT_EQ(Visits(n, chunk, dynamic), std::vector<int>(static_cast<size_t>(n), 1));
+      EXPECT_EQ(Visits(n, chunk, shares), std::vector<int>(static_cast<size_t>(n), 1));
     }
   }
+}
+
+TEST_F(ParallelDynamicTest, SharesRunFrontToBackAndASlowThreadsTailGoesToTheOther) {
+  if (at::get_num_threads() < 2) GTEST_SKIP() << "needs two threads";
+  // 16 items, shares [0, 8) and [8, 16). Thread 0 sleeps 20 ms per item;
+  // thread 1 runs its share in order, then takes thread 0's items from the
+  // back. Thread 0's own items come in order from the front.
+  std::vector<int64_t> slow_items, fast_items;
+  parallel_shares(16, 1, [&](int64_t begin, int64_t) {
+    if (at::get_thread_num() == 0) {
+      slow_items.push_back(begin);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else {
+      fast_items.push_back(begin);
+    }
+  });
+  ASSERT_EQ(slow_items.size() + fast_items.size(), 16u);
+  EXPECT_LT(slow_items.size(), 8u);
+  for (size_t i = 0; i < slow_items.size(); ++i) EXPECT_EQ(slow_items[i], static_cast<int64_t>(i));
+  ASSERT_GE(fast_items.size(), 9u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(fast_items[i], static_cast<int64_t>(8 + i));
+  EXPECT_EQ(fast_items[8], 7);  // the slow share's last item
 }
 
 TEST_F(ParallelDynamicTest, RunsSeriallyInsideAnotherParallelRegion) {
@@ -55,9 +87,11 @@ TEST_F(ParallelDynamicTest, RunsSeriallyInsideAnotherParallelRegion) {
     for (int64_t o = begin; o < end; ++o) {
       parallel_dynamic(50, 4,
                        [&](int64_t b, int64_t e) { total.fetch_add(static_cast<int>(e - b)); });
+      parallel_shares(50, 4,
+                      [&](int64_t b, int64_t e) { total.fetch_add(static_cast<int>(e - b)); });
     }
   });
-  EXPECT_EQ(total.load(), 100);
+  EXPECT_EQ(total.load(), 200);
 }
 
 TEST_F(ParallelDynamicTest, ASlowThreadLeavesItsShareToTheOther) {

@@ -23,11 +23,8 @@ Medians of --runs, each the mean of --reps calls.
 """
 import argparse
 import ctypes
-import os
 import pathlib
-import statistics
 import sys
-import time
 
 import torch
 
@@ -36,17 +33,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
-
-
-def timed(fn, runs, reps):
-    fn()
-    samples = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        samples.append((time.perf_counter() - t) / reps)
-    return statistics.median(samples)
 
 
 def torch_sdpa(q, k, v, scale):
@@ -61,7 +47,7 @@ def prompt_row(kernel, fn, n, runs, reps):
     q = torch.randn(HEADS, n, DIM, generator=g) * 2
     k = torch.randn(KV_HEADS, n, DIM, generator=g)
     v = torch.randn(KV_HEADS, n, DIM, generator=g)
-    s = timed(lambda: fn(q, k, v, DIM ** -0.5), runs, reps)
+    s = c.median_call_seconds(lambda: fn(q, k, v, DIM ** -0.5), runs, reps)
     flops = 2 * 2 * HEADS * DIM * n * (n + 1) / 2
     return {"kernel": kernel, "tokens": n, "ms": 1000 * s, "gflop_s": flops / s / 1e9}
 
@@ -115,7 +101,7 @@ def decode_row(ops, batch, ctx, dtype, runs, reps, layers, block):
         for layer in range(layers):
             ops.paged_decode_attention(q, kc, vc, tables[layer], lens, DIM ** -0.5)
 
-    s = timed(step, runs, reps)
+    s = c.median_call_seconds(step, runs, reps)
     cache_bytes = 2 * layers * lanes * ctx * DIM * kc.element_size()
     return {"kernel": "paged_decode_attention", "batch": batch, "context": ctx, "layers": layers,
             "block_size": block,
@@ -129,15 +115,10 @@ def main():
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--out", default="attention_kernels.json")
     ap.add_argument("--block-size", type=int, default=16, help="the server's --block-size")
-    ap.add_argument("--library", default=os.environ.get("SNAPSERVE_TORCH_OPS"),
-                    help="the torch ops library (default: the build's), e.g. to compare two builds")
+    c.add_torch_ops_argument(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    if args.library is None:
-        from snapserve_testkit.paths import build_dir
-        args.library = str(build_dir() / "tests" / "libsnapserve_torch_ops.so")
-    torch.ops.load_library(args.library)
-    ops = torch.ops.snapserve
+    args.library, ops = c.load_torch_ops(args.library)
     bandwidth = c.memory_bandwidth_gbs(threads=args.threads)
     rows = []
     for kernel, fn in prompt_kernels(ops):

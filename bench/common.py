@@ -194,6 +194,37 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
+def median_call_seconds(fn, runs, reps):
+    """Median over `runs` of the mean time of `reps` calls of fn, after one warm-up call:
+    for the kernel benchmarks that call torch ops in a loop."""
+    fn()
+    samples = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        samples.append((time.perf_counter() - t) / reps)
+    return statistics.median(samples)
+
+
+def add_torch_ops_argument(parser):
+    """--library for the kernel benchmarks: which build's torch ops to time."""
+    parser.add_argument("--library", default=os.environ.get("SNAPSERVE_TORCH_OPS"),
+                        help="the torch ops library (default: the build's), e.g. to compare "
+                             "two builds")
+
+
+def load_torch_ops(library):
+    """Loads the project's torch ops (`library`, or the build's when None); returns the path
+    loaded and torch.ops.snapserve."""
+    import torch
+    if library is None:
+        from snapserve_testkit.paths import build_dir
+        library = str(build_dir() / "tests" / "libsnapserve_torch_ops.so")
+    torch.ops.load_library(library)
+    return library, torch.ops.snapserve
+
+
 def ratio(a, b):
     if a is None or b in (None, 0):
         return None

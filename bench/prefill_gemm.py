@@ -14,11 +14,8 @@ Skips (and says so) where the CPU has no AMX-BF16.
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/prefill_gemm.py [--out NAME] [--library SO]
 """
 import argparse
-import os
 import pathlib
-import statistics
 import sys
-import time
 
 import torch
 
@@ -27,17 +24,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 
 HIDDEN, INTER, QKV = 576, 1536, 960
-
-
-def timed(fn, runs, reps):
-    fn()
-    samples = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        samples.append((time.perf_counter() - t) / reps)
-    return statistics.median(samples)
 
 
 def rows_for(ops, m, runs, reps):
@@ -62,7 +48,7 @@ def rows_for(ops, m, runs, reps):
     ]
     out = []
     for name, flops, fn in cases:
-        s = timed(fn, runs, reps)
+        s = c.median_call_seconds(fn, runs, reps)
         out.append({"product": name, "rows": m, "ms": 1000 * s, "gflop_s": flops / s / 1e9})
     return out
 
@@ -72,15 +58,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--out", default="prefill_gemm.json")
-    ap.add_argument("--library", default=os.environ.get("SNAPSERVE_TORCH_OPS"),
-                    help="the torch ops library (default: the build's), e.g. to compare two builds")
+    c.add_torch_ops_argument(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    if args.library is None:
-        from snapserve_testkit.paths import build_dir
-        args.library = str(build_dir() / "tests" / "libsnapserve_torch_ops.so")
-    torch.ops.load_library(args.library)
-    ops = torch.ops.snapserve
+    args.library, ops = c.load_torch_ops(args.library)
     if not ops.has_amx_gemm(32, 32):
         c.log({"skipped": "no AMX-BF16 on this CPU (or under SNAPSERVE_CPU_ISA)"})
         return

@@ -73,8 +73,7 @@ void run(const at::Tensor& x, std::span<cpu::AmxGemmArgs> products) {
 }
 
 // One product of x [m, k] and packed, to out with `epilogue`.
-void run_one(const at::Tensor& x, const at::Tensor& packed, void* out,
-             cpu::AmxEpilogue epilogue) {
+void run_one(const at::Tensor& x, const at::Tensor& packed, void* out, cpu::AmxEpilogue epilogue) {
   check_packed(packed, x.size(-1));
   cpu::AmxGemmArgs a;
   a.w = static_cast<const uint16_t*>(packed.const_data_ptr());
@@ -140,7 +139,8 @@ void mlp_amx_add_(at::Tensor& h, const at::Tensor& x, const at::Tensor& gate_up,
                   h.size(0) == x.size(0) && h.size(1) == k,
               "mlp_amx_add_: h must be a contiguous float32 [m, k] CPU tensor");
   // down's x: the SwiGLU output, packed as its tiles (padding rows included).
-  at::Tensor hidden = at::empty({round_up(x.size(0), kBlock), inter}, x.options().dtype(at::kBFloat16));
+  at::Tensor hidden =
+      at::empty({round_up(x.size(0), kBlock), inter}, x.options().dtype(at::kBFloat16));
   cpu::AmxGemmArgs products[2];
   products[0].w = static_cast<const uint16_t*>(gate_up.const_data_ptr());
   products[0].n = 2 * inter;

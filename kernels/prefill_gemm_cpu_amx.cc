@@ -100,8 +100,9 @@ SNAPSERVE_AMX_GEMM inline void store_float32_rows(const AmxGemmArgs& a, const Pe
 // columns 0-15) and the up columns beside them (16-31).
 // (A template on the epilogue, so that each tile loop inlines its own.)
 template <AmxEpilogue kEpilogue>
-[[gnu::always_inline]] SNAPSERVE_AMX_GEMM inline void store_rows(const AmxGemmArgs& a, const PendingBlock& b, int64_t r0,
-                                          int64_t r1) {
+[[gnu::always_inline]] SNAPSERVE_AMX_GEMM inline void store_rows(const AmxGemmArgs& a,
+                                                                 const PendingBlock& b, int64_t r0,
+                                                                 int64_t r1) {
   if (b.row0 < 0) return;
   if constexpr (kEpilogue == AmxEpilogue::kSwiGluPacked) {
     // Every row, the padding too (zero products, zero outputs): the down
@@ -170,8 +171,9 @@ SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t c
 
 // gemm_amx_blocks for one epilogue.
 template <AmxEpilogue kEpilogue>
-SNAPSERVE_AMX_GEMM void run_blocks(const AmxGemmArgs& a, int64_t row_block_begin, int64_t row_block_end,
-                int64_t col_block_begin, int64_t col_block_end) {
+SNAPSERVE_AMX_GEMM void run_blocks(const AmxGemmArgs& a, int64_t row_block_begin,
+                                   int64_t row_block_end, int64_t col_block_begin,
+                                   int64_t col_block_end) {
   const int64_t run = std::max<int64_t>(1, kWeightRunBytes / (kBlock * a.k * 2));
   PendingBlock blocks[2];  // the block being computed and the one before
   int next = 0;

@@ -68,7 +68,8 @@ SNAPSERVE_AVX512_BF16 inline void store16(uint16_t* p, __m512 v) {
 template <typename In, typename Out>
 SNAPSERVE_AVX512_BF16 void silu_mul_row(const In* gate, const In* up, int64_t n, Out* out) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) store16(out + i, simd::silu_mul_avx512(load16(gate + i), load16(up + i)));
+  for (; i + 16 <= n; i += 16)
+    store16(out + i, simd::silu_mul_avx512(load16(gate + i), load16(up + i)));
   if (i == n) return;
   // The last n % 16 through zero-padded copies: a whole eight of them as the
   // AVX2 loop's vector, the rest as its scalar tail (libm).

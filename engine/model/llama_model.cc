@@ -206,8 +206,7 @@ at::Tensor LlamaModel::LinearWidenedLater(const at::Tensor& x, const LinearWeigh
 }
 
 bool LlamaModel::TakesBFloat16(const LinearWeight& w, int64_t rows) {
-  return rows > kernels::kLinearSmallRows && w.panels_for(rows).empty() &&
-         w.prefill_amx.defined();
+  return rows > kernels::kLinearSmallRows && w.panels_for(rows).empty() && w.prefill_amx.defined();
 }
 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight,
@@ -216,8 +215,7 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight,
   // dtype. x is the float32 residual stream; the result feeds a matmul.
   if (FusedRowwise(x)) {
     const bool bf16 = consumer != nullptr && TakesBFloat16(*consumer, x.size(0));
-    return kernels::rms_norm(x, weight, config_.rms_norm_eps,
-                             bf16 ? at::kBFloat16 : at::kFloat);
+    return kernels::rms_norm(x, weight, config_.rms_norm_eps, bf16 ? at::kBFloat16 : at::kFloat);
   }
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
@@ -369,8 +367,7 @@ at::Tensor LlamaModel::ContinuePrompt(PromptState& st, KvStore& store, int64_t m
   at::Tensor h = Embed(chunk).to(at::kFloat);  // [rows, hidden], the float32 residual stream
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[i];
-    at::Tensor qkv =
-        Linear(RmsNorm(h, l.attn_norm, &l.qkv), l.qkv).view({rows, H + 2 * Hkv, D});
+    at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm, &l.qkv), l.qkv).view({rows, H + 2 * Hkv, D});
     // q and k are adjacent heads of one buffer: one RoPE call rotates both.
     at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
     at::Tensor q = qk.narrow(1, 0, H).transpose(0, 1);           // [H, rows, D]

@@ -142,7 +142,7 @@ TEST_F(PrefillGemmAmxTest, MlpInOnePassHasTheBitsOfItsThreePasses) {
 }
 
 TEST_F(PrefillGemmAmxTest, MlpRefusesShapesThatDoNotChain) {
-  EXPECT_FALSE(amx_mlp_fits(48, 576));  // inter not a multiple of 32
+  EXPECT_FALSE(amx_mlp_fits(48, 576));                               // inter not a multiple of 32
   const at::Tensor gate_up = pack_amx_weight(at::randn({128, 64}));  // inter 64, k 64
   at::Tensor h = at::zeros({8, 64});
   EXPECT_THROW(mlp_amx_add_(h, at::randn({8, 64}), gate_up, pack_amx_weight(at::randn({64, 96}))),
@@ -150,9 +150,9 @@ TEST_F(PrefillGemmAmxTest, MlpRefusesShapesThatDoNotChain) {
   EXPECT_THROW(mlp_amx_add_(h, at::randn({8, 64}), gate_up, pack_amx_weight(at::randn({32, 64}))),
                c10::Error);  // down's n is not k
   at::Tensor narrow_h = at::zeros({8, 32});
-  EXPECT_THROW(mlp_amx_add_(narrow_h, at::randn({8, 64}), gate_up,
-                            pack_amx_weight(at::randn({64, 64}))),
-               c10::Error);
+  EXPECT_THROW(
+      mlp_amx_add_(narrow_h, at::randn({8, 64}), gate_up, pack_amx_weight(at::randn({64, 64}))),
+      c10::Error);
 }
 
 TEST_F(PrefillGemmAmxTest, RefusesWhatItCannotTake) {

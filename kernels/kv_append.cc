@@ -17,6 +17,16 @@
 
 namespace snapserve::kernels {
 
+namespace {
+
+// t itself where each [.., .., d] row is contiguous (the CPU kernels take any
+// token and head strides), else a contiguous copy.
+at::Tensor RowsContiguous(const at::Tensor& t) {
+  return t.stride(2) == 1 || t.size(2) <= 1 ? t : t.contiguous();
+}
+
+}  // namespace
+
 void kv_append(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor& k,
                const at::Tensor& v, const at::Tensor& slot_mapping) {
   check_shape(key_cache, "key_cache", {-1, -1, -1, -1});
@@ -51,8 +61,9 @@ void kv_append(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor&
   TORCH_CHECK(block_size > 0, "key_cache: block_size must be positive");
   if (num_tokens == 0) return;
 
-  const at::Tensor kc = k.contiguous();
-  const at::Tensor vc = v.contiguous();
+  // CPU rows may lie at any token and head strides (kv_append_cpu.cc).
+  const at::Tensor kc = key_cache.is_cpu() ? RowsContiguous(k) : k.contiguous();
+  const at::Tensor vc = key_cache.is_cpu() ? RowsContiguous(v) : v.contiguous();
   const at::Tensor slots = slot_mapping.contiguous();
 
   if (key_cache.is_cuda()) {
@@ -120,8 +131,8 @@ void kv_append_int8(at::Tensor& key_cache, at::Tensor& key_scales, at::Tensor& v
     TORCH_CHECK(s[i] < capacity, "slot_mapping[", i, "] = ", s[i], " past the cache (", capacity,
                 " slots)");
   }
-  cpu::kv_append_int8(key_cache, key_scales, value_cache, value_scales, k.contiguous(),
-                      v.contiguous(), slots);
+  cpu::kv_append_int8(key_cache, key_scales, value_cache, value_scales, RowsContiguous(k),
+                      RowsContiguous(v), slots);
 }
 
 }  // namespace snapserve::kernels

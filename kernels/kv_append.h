@@ -10,7 +10,8 @@
 namespace snapserve::kernels {
 
 // key_cache, value_cache [num_blocks, G, block_size, d], contiguous; written in place
-// k, v                   [T, G, d], same device as the caches; the caches' dtype, or
+// k, v                   [T, G, d], same device as the caches (on CPU any token and
+//                        head strides, each row's d values contiguous); the caches' dtype, or
 //                        float32 into a 16-bit cache on CPU (rounded as Tensor::to
 //                        rounds: to nearest, ties to even), which saves a decode step
 //                        two conversions per layer
@@ -31,14 +32,15 @@ void kv_append(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor&
 // docs/kv-cache-and-scheduling.md "int8 KV cache").
 // key_cache, value_cache   int8 [num_blocks, G, block_size, d], d a multiple of 16
 // key_scales, value_scales float32 [num_blocks, G, block_size, d / 16]
-// k, v                     float32 [T, G, d]; slot_mapping as for kv_append.
+// k, v                     float32 [T, G, d] (any token and head strides, rows
+//                          contiguous); slot_mapping as for kv_append.
 inline constexpr int64_t kKvInt8Group = 16;
 void kv_append_int8(at::Tensor& key_cache, at::Tensor& key_scales, at::Tensor& value_cache,
                     at::Tensor& value_scales, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& slot_mapping);
 
 namespace cpu {
-// Same contract; inputs already checked, contiguous and on CPU.
+// Same contract; inputs already checked and on CPU, k/v rows contiguous.
 void kv_append(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor& k,
                const at::Tensor& v, const at::Tensor& slot_mapping);
 void kv_append_int8(at::Tensor& key_cache, at::Tensor& key_scales, at::Tensor& value_cache,

@@ -19,6 +19,15 @@ namespace snapserve::kernels::cpu {
 
 namespace {
 
+// Where row (token, head) of a [T, G, d] input starts: rows have their d
+// values contiguous, tokens and heads any strides (e.g. a prompt's k, a view
+// of its fused qkv product: no copy first).
+struct RowStrides {
+  explicit RowStrides(const at::Tensor& t) : token(t.stride(0)), head(t.stride(1)) {}
+  int64_t at(int64_t t, int64_t h) const { return t * token + h * head; }
+  int64_t token, head;
+};
+
 // Row i of src as the cache's element type T (float32 rounded by T's
 // constructor, as Tensor::to rounds), or copied when src is already T.
 template <typename T, typename S>
@@ -42,6 +51,7 @@ void append_rows(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tenso
   auto* vc = static_cast<T*>(value_cache.data_ptr());
   const auto* ks = static_cast<const S*>(k.const_data_ptr());
   const auto* vs = static_cast<const S*>(v.const_data_ptr());
+  const RowStrides kr(k), vr(v);
 
   // Rows are small (head_dim elements): a grain of 64 keeps short decode
   // appends on the calling thread.
@@ -54,8 +64,8 @@ void append_rows(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tenso
       const int64_t block = slot / block_size;
       const int64_t dst =
           ((block * num_kv_heads + head) * block_size + slot % block_size) * head_dim;
-      copy_row(ks + i * head_dim, kc + dst, head_dim);
-      copy_row(vs + i * head_dim, vc + dst, head_dim);
+      copy_row(ks + kr.at(token, head), kc + dst, head_dim);
+      copy_row(vs + vr.at(token, head), vc + dst, head_dim);
     }
   });
 }
@@ -92,18 +102,20 @@ void kv_append_int8(at::Tensor& key_cache, at::Tensor& key_scales, at::Tensor& v
   float* vs = value_scales.data_ptr<float>();
   const float* kin = k.const_data_ptr<float>();
   const float* vin = v.const_data_ptr<float>();
+  const RowStrides kr(k), vr(v);
   const bool simd = cpu_isa() >= CpuIsa::kAvx512;
   auto quantize = [&](const float* x, int8_t* q, float* s) {
     if (!simd || !quantize_kv_row_avx512(x, head_dim, q, s)) quantize_kv_row(x, head_dim, q, s);
   };
   at::parallel_for(0, num_tokens * num_kv_heads, 64, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t slot = slots[i / num_kv_heads];
+      const int64_t token = i / num_kv_heads, head = i % num_kv_heads;
+      const int64_t slot = slots[token];
       if (slot < 0) continue;  // padding token
       const int64_t row =
-          ((slot / block_size) * num_kv_heads + i % num_kv_heads) * block_size + slot % block_size;
-      quantize(kin + i * head_dim, kc + row * head_dim, ks + row * groups);
-      quantize(vin + i * head_dim, vc + row * head_dim, vs + row * groups);
+          ((slot / block_size) * num_kv_heads + head) * block_size + slot % block_size;
+      quantize(kin + kr.at(token, head), kc + row * head_dim, ks + row * groups);
+      quantize(vin + vr.at(token, head), vc + row * head_dim, vs + row * groups);
     }
   });
 }

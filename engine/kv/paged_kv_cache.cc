@@ -265,17 +265,29 @@ void PagedKvCache::StorePrefillLayer(int64_t seq, int64_t layer, const at::Tenso
   }
   // Rows in the dtype Append takes (float32 for int8, which it quantizes).
   const auto opts = at::TensorOptions().dtype(row_dtype()).device(config_.device);
-  // [G, m, d] -> [G * m, 1, d]: each lane is one KV head of the lane cache.
-  at::Tensor flat_k = kept.k.to(opts).reshape({heads * m, 1, config_.head_dim});
-  at::Tensor flat_v = kept.v.to(opts).reshape({heads * m, 1, config_.head_dim});
-  if (static_cast<int64_t>(rows.size()) != heads * m) {
-    const at::Tensor index = to_device(rows, {static_cast<int64_t>(rows.size())}, config_.device);
-    flat_k = flat_k.index_select(0, index);
-    flat_v = flat_v.index_select(0, index);
-  }
-  const int64_t count = static_cast<int64_t>(slots.size());
-  if (count > 0) {
-    Append(flat_k, flat_v, to_device(std::move(slots), {count}, config_.device));
+  const bool every_row = static_cast<int64_t>(rows.size()) == heads * m;
+  if (every_row && config_.device.is_cpu() && kept.k.scalar_type() == row_dtype() &&
+      kept.v.scalar_type() == row_dtype()) {
+    // Each KV head's rows as they lie (views of the prompt's qkv product):
+    // the CPU append takes strided rows, so no [G * m] copy first.
+    for (int64_t g = 0; g < heads && m > 0; ++g) {
+      const std::vector<int64_t> head_slots(slots.begin() + g * m, slots.begin() + (g + 1) * m);
+      Append(kept.k[g].unsqueeze(1), kept.v[g].unsqueeze(1),
+             to_device(head_slots, {m}, config_.device));
+    }
+  } else {
+    // [G, m, d] -> [G * m, 1, d]: each lane is one KV head of the lane cache.
+    at::Tensor flat_k = kept.k.to(opts).reshape({heads * m, 1, config_.head_dim});
+    at::Tensor flat_v = kept.v.to(opts).reshape({heads * m, 1, config_.head_dim});
+    if (!every_row) {
+      const at::Tensor index = to_device(rows, {static_cast<int64_t>(rows.size())}, config_.device);
+      flat_k = flat_k.index_select(0, index);
+      flat_v = flat_v.index_select(0, index);
+    }
+    const int64_t count = static_cast<int64_t>(slots.size());
+    if (count > 0) {
+      Append(flat_k, flat_v, to_device(std::move(slots), {count}, config_.device));
+    }
   }
 
   s.prefill_next_layer = layer + 1;

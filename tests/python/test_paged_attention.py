@@ -380,6 +380,43 @@ def int8_cache(kc, vc, ops, seed=0):
     return kq, ks, vq, vs, widen(kq, ks), widen(vq, vs)
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16, torch.int8])
+def test_kv_append_takes_strided_rows_as_they_lie(torch_ops, cache_dtype):
+    """On CPU, k/v rows may lie at any token and head strides (each row's d
+    values contiguous): a prompt's k is a view of its fused qkv product, and
+    each KV head's rows are appended from there without a copy
+    (engine/kv/paged_kv_cache.cc). The cache holds the same bits as from a
+    contiguous copy of the rows."""
+    gen = torch.Generator().manual_seed(9)
+    T, H, G, d, bs, nb = 20, 6, 2, 32, 4, 8
+    qkv = torch.randn(T, H + 2 * G, d, generator=gen)
+    k, v = qkv[:, H:H + G], qkv[:, H + G:]            # [T, G, d], token stride (H + 2G) d
+    assert not k.is_contiguous()
+    head = (qkv[:, H + 1].unsqueeze(1), qkv[:, H + G + 1].unsqueeze(1))  # one KV head, [T, 1, d]
+    slots = torch.randperm(nb * bs, generator=gen)[:T]
+
+    def written(k_rows, v_rows):
+        groups = k_rows.shape[1]
+        if cache_dtype == torch.int8:
+            kq = torch.zeros(nb, groups, bs, d, dtype=torch.int8)
+            vq = torch.zeros_like(kq)
+            ks = torch.zeros(nb, groups, bs, d // 16)
+            vs = torch.zeros_like(ks)
+            torch_ops.kv_append_int8(kq, ks, vq, vs, k_rows, v_rows, slots)
+            return kq, ks, vq, vs
+        kc = torch.zeros(nb, groups, bs, d, dtype=cache_dtype)
+        vc = torch.zeros_like(kc)
+        torch_ops.kv_append(kc, vc, k_rows, v_rows, slots)
+        return kc, vc
+
+    for k_rows, v_rows in ((k, v), head):
+        got = written(k_rows, v_rows)
+        want = written(k_rows.contiguous(), v_rows.contiguous())
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+        assert got[0].abs().sum() > 0  # rows were written
+
+
 def test_kv_append_int8_quantizes_as_stated(torch_ops):
     gen = torch.Generator().manual_seed(3)
     kc = torch.randn(5, 3, 16, 64, generator=gen) * 4

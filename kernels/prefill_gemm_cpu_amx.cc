@@ -48,13 +48,18 @@ SNAPSERVE_AMX_GEMM inline __m512 widen_bf16(__m256i bits) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
-// Row `row` of the SwiGLU epilogue's output, the down product's x: packed
-// as pack_amx_rows lays it out, at intermediate column `col` (a multiple of
-// 16, so the 16 values are contiguous).
+// Where element (row, col) of a [rows, k] x lies in pack_amx_rows' layout:
+// tiles of 16 rows x 32 columns, a row block's k / 32 tiles in a row.
+inline int64_t packed_offset(int64_t k, int64_t row, int64_t col) {
+  return (row / kHalf) * (k / kStep) * kWeightTile + (col / kStep) * kWeightTile +
+         (row % kHalf) * kStep + col % kStep;
+}
+
+// Row `row` of the SwiGLU epilogue's output, the down product's x (k: the
+// intermediate size, n / 2), at column `col` (a multiple of 16, so the 16
+// values are contiguous).
 uint16_t* packed_row(const AmxGemmArgs& a, int64_t row, int64_t col) {
-  const int64_t steps = a.n / 2 / kStep;  // the intermediate size / 32
-  return static_cast<uint16_t*>(a.out) + (row / kHalf) * steps * kWeightTile +
-         (col / kStep) * kWeightTile + (row % kHalf) * kStep + col % kStep;
+  return static_cast<uint16_t*>(a.out) + packed_offset(a.n / 2, row, col);
 }
 
 // A block's sums, stored from the tiles, waiting for their epilogue; row0
@@ -195,7 +200,7 @@ SNAPSERVE_AMX_GEMM void pack_amx_rows(const float* x, const uint16_t* x_bf16, in
                                       int64_t row0, int64_t row1, uint16_t* dst) {
   const int64_t steps = k / kStep;
   for (int64_t r = row0; r < row1; ++r) {
-    uint16_t* tile_row = dst + (r / kHalf) * steps * kWeightTile + (r % kHalf) * kStep;
+    uint16_t* tile_row = dst + packed_offset(k, r, 0);
     for (int64_t s = 0; s < steps; ++s) {
       __m512i v = _mm512_setzero_si512();
       if (r < m && x != nullptr) {

@@ -33,25 +33,30 @@ __attribute__((target("avx512f,fma"))) inline __m512 exp_at_most_88_avx512(__m51
 }
 
 // 2^t for the bfloat16 prompt attention's softmax weights, which are rounded
-// to bfloat16 (relative error up to 2^-9) right after: 2^n · 2^f with
-// n = round(t), f = t - n in [-1/2, 1/2], and 2^f by a degree-4 polynomial.
-// Its coefficients were fitted for the smallest largest relative error on
-// that interval (least squares on 2,000 Chebyshev nodes, reweighted towards
+// to bfloat16 (relative error up to 2^-9) right after: 2^floor(t) · 2^f with
+// f = t - floor(t) in [0, 1] (vreduceps, one instruction, exact), 2^f by a
+// degree-4 polynomial, and the power of 2 by vscalefps, which floors t
+// itself. The coefficients were fitted for the smallest largest relative
+// error on [0, 1] (least squares on 4,000 Chebyshev nodes, reweighted towards
 // the minimax): 2.7e-6 evaluated in float32, ~700 times below the bfloat16
-// rounding, in 7 instructions where exp_at_most_88_avx512 takes 14 (the
-// softmax was ~30 % of the kernel's time, most of it in exp:
-// docs/quantized-weights.md). The caller folds the scores' shift and log2(e)
-// into t with one FMA. Any finite t <= 127: far below 0, scalef gives 0 or a
-// denormal.
-__attribute__((target("avx512f,fma"))) inline __m512 exp2_for_bf16_weights_avx512(__m512 t) {
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);  // exact: t and n are within 1/2
-  __m512 p = _mm512_set1_ps(0.009570099413394928f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.05591785907745361f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240247443318367f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931217908859253f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999992847442627f));
-  return _mm512_scalef_ps(p, n);
+// rounding, in 6 instructions where exp_at_most_88_avx512 takes 14. On this
+// project's AMX machine the tile products and the softmax's vector work do
+// not overlap (docs/performance.md), so each instruction counts: with t
+// rounded to nearest and subtracted (3 instructions where vreduceps is one)
+// the AMX kernel took 1.1x as long. The caller folds the scores' shift and
+// log2(e) into t with one FMA. Any finite t <= 127: far below 0, scalef
+// gives 0 or a denormal. Needs AVX512DQ (vreduceps), which every CPU with
+// AVX512_BF16 has.
+__attribute__((target("avx512f,avx512dq,fma"))) inline __m512 exp2_for_bf16_weights_avx512(
+    __m512 t) {
+  // imm 0x09: keep 0 fraction bits, round down, no precision exception.
+  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(0.013534885831177235f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.05201008543372154f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24144355952739716f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6930037140846252f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701f));
+  return _mm512_scalef_ps(p, t);
 }
 
 // simd::exp_avx2 (kernels/exp_avx2.h) 16 lanes wide: the same operations in

@@ -9,19 +9,21 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <memory>
 #include <vector>
 
 #include "kernels/checks.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/parallel_dynamic.h"
 #include "kernels/prefill_attention_cpu_common.h"
+#include "kernels/uninitialized_buffer.h"
 
 namespace snapserve::kernels {
 
 namespace {
 
 using cpu::kTileKeys;
+
+using cpu::UninitializedBuffer;
 
 cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k, int64_t group_rows);
 
@@ -95,13 +97,12 @@ at::Tensor AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   at::Tensor out = at::empty({rows, H, D}, q.options()).transpose(0, 1);
   if (rows == 0) return out;
   const int64_t rows_padded = shape.rows_padded, tiles = shape.tiles, half = D / 2;
-  // Left uninitialized (a 2048-token prompt's operands are ~4 MiB, zeroed
-  // serially they were 1-2 % of a prefill): only the padding is zeroed
-  // below, everything else is written by the packing loops.
+  // Left uninitialized (kernels/uninitialized_buffer.h): only the padding
+  // is zeroed below, everything else is written by the packing loops.
   const int64_t tile_k = half * kTileKeys * 2, tile_v = kTileKeys * D;
-  auto q_pairs = std::make_unique_for_overwrite<uint32_t[]>(H * rows_padded * half);
-  auto k_tiles = std::make_unique_for_overwrite<uint16_t[]>(Hkv * tiles * tile_k);
-  auto v_pairs = std::make_unique_for_overwrite<uint16_t[]>(Hkv * tiles * tile_v);
+  UninitializedBuffer<uint32_t> q_pairs(H * rows_padded * half);
+  UninitializedBuffer<uint16_t> k_tiles(Hkv * tiles * tile_k);
+  UninitializedBuffer<uint16_t> v_pairs(Hkv * tiles * tile_v);
   for (int64_t h = 0; h < H; ++h) {
     std::fill_n(q_pairs.get() + (h * rows_padded + rows) * half, (rows_padded - rows) * half, 0u);
   }
@@ -202,9 +203,9 @@ at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const
   if (rows == 0) return out;
   const int64_t rows_padded = shape.rows_padded, tiles = shape.tiles, tile = kTileKeys * D;
   // Uninitialized but for the padding, as in prefill_attention_bf16.
-  auto qs = std::make_unique_for_overwrite<float[]>(H * rows_padded * D);
-  auto k_tiles = std::make_unique_for_overwrite<float[]>(Hkv * tiles * tile);
-  auto v_rows = std::make_unique_for_overwrite<float[]>(Hkv * tiles * tile);
+  UninitializedBuffer<float> qs(H * rows_padded * D);
+  UninitializedBuffer<float> k_tiles(Hkv * tiles * tile);
+  UninitializedBuffer<float> v_rows(Hkv * tiles * tile);
   for (int64_t h = 0; h < H; ++h) {
     std::fill_n(qs.get() + (h * rows_padded + rows) * D, (rows_padded - rows) * D, 0.0f);
   }

@@ -9,13 +9,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 
 #include "kernels/checks.h"
 #include "kernels/linear.h"
 #include "kernels/parallel_dynamic.h"
 #include "kernels/quant_dot.h"
 #include "kernels/quant_dot_cpu_block.h"
+#include "kernels/uninitialized_buffer.h"
 
 namespace snapserve::kernels {
 
@@ -141,9 +141,8 @@ void run_int8_panels(const at::Tensor& xc, const Int8Panels& w, CpuIsa isa, floa
   if (m == 0 || w.n == 0) return;
   // Every element is written by the quantization below: no zeroing (a
   // serial memset of up to 3 MiB per call otherwise).
-  auto q = std::make_unique_for_overwrite<int8_t[]>(m * w.k);
-  auto d = std::make_unique_for_overwrite<float[]>(m * blocks);
-  auto s = std::make_unique_for_overwrite<float[]>(m * blocks);
+  cpu::UninitializedBuffer<int8_t> q(m * w.k);
+  cpu::UninitializedBuffer<float> d(m * blocks), s(m * blocks);
   const float* src = xc.const_data_ptr<float>();
   const bool simd = isa >= CpuIsa::kAvx512Vnni;
   at::parallel_for(0, m, 64, [&](int64_t begin, int64_t end) {

@@ -3,7 +3,8 @@
 // prefill), on a 64-byte boundary, so that each 64-byte row of a tile or a
 // zmm register sits in one cache line. new[] aligns to 16 bytes only: every
 // such row then straddles two lines, and the AMX prompt attention took 1.5x
-// as long (docs/performance.md). Internal to kernels/.
+// as long (docs/quantized-weights.md, "Aligned operands"). Internal to
+// kernels/.
 #pragma once
 
 #include <cstddef>

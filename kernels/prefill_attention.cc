@@ -9,7 +9,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "kernels/checks.h"
 #include "kernels/cpu_isa.h"
@@ -97,20 +96,14 @@ at::Tensor AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   at::Tensor out = at::empty({rows, H, D}, q.options()).transpose(0, 1);
   if (rows == 0) return out;
   const int64_t rows_padded = shape.rows_padded, tiles = shape.tiles, half = D / 2;
-  // Left uninitialized (kernels/uninitialized_buffer.h): only the padding
-  // is zeroed below, everything else is written by the packing loops.
+  // Left uninitialized (kernels/uninitialized_buffer.h): q's padding rows
+  // are zeroed below, everything else is written by the packing loops.
   const int64_t tile_k = half * kTileKeys * 2, tile_v = kTileKeys * D;
   UninitializedBuffer<uint32_t> q_pairs(H * rows_padded * half);
   UninitializedBuffer<uint16_t> k_tiles(Hkv * tiles * tile_k);
   UninitializedBuffer<uint16_t> v_pairs(Hkv * tiles * tile_v);
   for (int64_t h = 0; h < H; ++h) {
     std::fill_n(q_pairs.get() + (h * rows_padded + rows) * half, (rows_padded - rows) * half, 0u);
-  }
-  // Keys past the last one: masked out of the scores, but their V rows meet
-  // a weight of 0, and 0 times an uninitialized NaN would be NaN.
-  for (int64_t g = 0; g < Hkv; ++g) {
-    std::fill_n(k_tiles.get() + (g * tiles + tiles - 1) * tile_k, tile_k, uint16_t{0});
-    std::fill_n(v_pairs.get() + (g * tiles + tiles - 1) * tile_v, tile_v, uint16_t{0});
   }
   // Rows are rounded 16 lanes at a time (cpu::round_to_bf16_avx512bf16);
   // each row of q, k and v has its last dimension contiguous.
@@ -134,19 +127,17 @@ at::Tensor AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor
       }
     }
   });
-  at::parallel_for(0, keys, 16, [&](int64_t begin, int64_t end) {
-    std::vector<uint16_t> kb(static_cast<size_t>(D)), vb(static_cast<size_t>(D));
-    for (int64_t kg = begin * Hkv; kg < end * Hkv; ++kg) {
-      const int64_t key = kg / Hkv, g = kg % Hkv, tile = key / kTileKeys, in = key % kTileKeys;
-      cpu::round_to_bf16_avx512bf16(row(kc, g, key), 1.0f, kb.data(), D);
-      cpu::round_to_bf16_avx512bf16(row(vc, g, key), 1.0f, vb.data(), D);
-      uint16_t* kd = k_tiles.get() + (g * tiles + tile) * tile_k + in * 2;
-      for (int64_t t = 0; t < half; ++t) {
-        kd[t * kTileKeys * 2] = kb[2 * t];
-        kd[t * kTileKeys * 2 + 1] = kb[2 * t + 1];
-      }
-      uint16_t* vd = v_pairs.get() + (g * tiles + tile) * tile_v + (in / 2) * D * 2 + in % 2;
-      for (int64_t d = 0; d < D; ++d) vd[d * 2] = vb[d];
+  // k and v a tile of 32 keys at a time, KV heads inner (front to back
+  // through the qkv product, as q above). Keys past the last one are
+  // written as 0: masked out of the scores, their V rows still meet a weight
+  // of 0, and 0 times an uninitialized NaN would be NaN.
+  at::parallel_for(0, tiles * Hkv, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t tg = begin; tg < end; ++tg) {
+      const int64_t tile = tg / Hkv, g = tg % Hkv, key0 = tile * kTileKeys;
+      const int64_t at = g * tiles + tile;
+      cpu::pack_kv_tile_avx512bf16(row(kc, g, key0), kc.stride(1), row(vc, g, key0), vc.stride(1),
+                                   std::min<int64_t>(kTileKeys, keys - key0), D,
+                                   k_tiles.get() + at * tile_k, v_pairs.get() + at * tile_v);
     }
   });
 

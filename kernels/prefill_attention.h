@@ -113,6 +113,12 @@ inline float* output_row(const AttentionShape& s, float* out, int64_t head, int6
 // dst[i] = bfloat16 bits of src[i] * scale, rounded to nearest even (as
 // c10::BFloat16; subnormal inputs become 0). n a multiple of 16.
 void round_to_bf16_avx512bf16(const float* src, float scale, uint16_t* dst, int64_t n);
+// One 32-key tile of k and v as PackedAttention lays them out: n <= 32 rows
+// of each (row i at k + i · k_stride, v + i · v_stride, dim floats), rounded
+// to bf16 into k_dst (dim / 2 x 32 pairs) and v_dst (16 x dim pairs); keys
+// n .. 31 are 0.
+void pack_kv_tile_avx512bf16(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+                             int64_t n, int64_t dim, uint16_t* k_dst, uint16_t* v_dst);
 void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, int64_t item_end,
                                   float* out);
 void prefill_attention_avx512(const PackedAttentionF32& p, int64_t item_begin, int64_t item_end,

@@ -19,6 +19,7 @@
 #include "kernels/avx512_intrinsics.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -130,6 +131,91 @@ SNAPSERVE_BF16 void round_to_bf16_avx512bf16(const float* src, float scale, uint
   }
 }
 
+namespace {
+
+// The lane indices of one transpose16 round (vpermt2d: 0-15 from row i,
+// 16-31 from row i + b): row i keeps its lanes without bit b and takes row
+// i + b's lanes below them; row i + b takes row i's lanes with bit b.
+template <int kB>
+constexpr std::array<int32_t, 16> swap_lanes(bool upper) {
+  std::array<int32_t, 16> idx{};
+  for (int l = 0; l < 16; ++l) {
+    if (upper) {
+      idx[l] = (l & kB) == 0 ? l + kB : 16 + l;
+    } else {
+      idx[l] = (l & kB) == 0 ? l : 16 + l - kB;
+    }
+  }
+  return idx;
+}
+
+template <int kB>
+SNAPSERVE_BF16 void swap_blocks(__m512i (&r)[16]) {
+  static constexpr std::array<int32_t, 16> kLower = swap_lanes<kB>(false);
+  static constexpr std::array<int32_t, 16> kUpper = swap_lanes<kB>(true);
+  const __m512i lower = _mm512_loadu_si512(kLower.data());
+  const __m512i upper = _mm512_loadu_si512(kUpper.data());
+  for (int i = 0; i < 16; ++i) {
+    if ((i & kB) != 0) continue;
+    const __m512i a = r[i], c = r[i + kB];
+    r[i] = _mm512_permutex2var_epi32(a, lower, c);
+    r[i + kB] = _mm512_permutex2var_epi32(a, upper, c);
+  }
+}
+
+// r[i] = column i of the 16 x 16 matrix of 32-bit lanes r held: the
+// off-diagonal blocks of 8 swapped, then those of 4, 2 and 1 within every
+// block, after which every element (i, j) is at (j, i). 64 vpermt2d.
+SNAPSERVE_BF16 void transpose16(__m512i (&r)[16]) {
+  swap_blocks<8>(r);
+  swap_blocks<4>(r);
+  swap_blocks<2>(r);
+  swap_blocks<1>(r);
+}
+
+// 16 rows' 32 values from `at` on (0 past row n), rounded to bf16: each
+// lane a pair.
+SNAPSERVE_BF16 __m512i pairs_of(const float* row, bool real) {
+  if (!real) return _mm512_setzero_si512();
+  return __builtin_bit_cast(__m512i,
+                            _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + 16), _mm512_loadu_ps(row)));
+}
+
+}  // namespace
+
+SNAPSERVE_BF16 void pack_kv_tile_avx512bf16(const float* k, int64_t k_stride, const float* v,
+                                            int64_t v_stride, int64_t n, int64_t dim,
+                                            uint16_t* k_dst, uint16_t* v_dst) {
+  // k: the tile's [32 keys][dim / 2 pairs] transposed 16 x 16 at a time.
+  for (int64_t half = 0; half < 2; ++half) {  // keys 16 * half ..
+    for (int64_t p0 = 0; p0 < dim / 2; p0 += 16) {
+      __m512i block[16];
+      for (int64_t i = 0; i < 16; ++i) {
+        const int64_t key = 16 * half + i;
+        block[i] = pairs_of(k + key * k_stride + 2 * p0, key < n);
+      }
+      transpose16(block);
+      for (int64_t l = 0; l < 16; ++l) {
+        _mm512_storeu_si512(k_dst + ((p0 + l) * kTileKeys + 16 * half) * 2, block[l]);
+      }
+    }
+  }
+  // v: keys 2j and 2j + 1 side by side, dimension by dimension.
+  const __m512i interleave =
+      _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int64_t j = 0; j < kTileKeys / 2; ++j) {
+    const float* a = v + 2 * j * v_stride;
+    const float* b = a + v_stride;
+    for (int64_t d = 0; d < dim; d += 16) {
+      const __m512 va = 2 * j < n ? _mm512_loadu_ps(a + d) : _mm512_setzero_ps();
+      const __m512 vb = 2 * j + 1 < n ? _mm512_loadu_ps(b + d) : _mm512_setzero_ps();
+      const __m512i pairs = __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(vb, va));
+      _mm512_storeu_si512(v_dst + (j * dim + d) * 2, _mm512_permutexvar_epi16(interleave, pairs));
+    }
+  }
+}
+
 void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, int64_t item_end,
                                   float* out) {
   if (p.dim == 64) {
@@ -146,6 +232,8 @@ void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, 
 namespace snapserve::kernels::cpu {
 // Never called off x86-64: has_prefill_attention_bf16 is false there.
 void round_to_bf16_avx512bf16(const float*, float, uint16_t*, int64_t) {}
+void pack_kv_tile_avx512bf16(const float*, int64_t, const float*, int64_t, int64_t, int64_t,
+                             uint16_t*, uint16_t*) {}
 }  // namespace snapserve::kernels::cpu
 
 #endif

@@ -112,8 +112,11 @@ template <AmxEpilogue kEpilogue>
   if constexpr (kEpilogue == AmxEpilogue::kSwiGluPacked) {
     // Every row, the padding too (zero products, zero outputs): the down
     // product reads whole tiles. Gate and up are rounded to bf16 first, as
-    // linear_amx's kBFloat16 output is, then take silu_mul's operations: the
-    // bits of silu_mul(linear_amx(x, gate_up, kBFloat16), kBFloat16).
+    // linear_amx's kBFloat16 output is; the gate is
+    // simd::silu_mul_for_bf16_avx512, within a bf16 rounding of
+    // silu_mul(linear_amx(x, gate_up, kBFloat16), kBFloat16) (silu_mul's
+    // exact operations and its division made this epilogue ~N % of the MLP:
+    // docs/quantized-weights.md, "The MLP's gate for bf16").
     for (int64_t r = r0; r < r1; ++r) {
       const __m512i rounded = __builtin_bit_cast(
           __m512i, _mm512_cvtne2ps_pbh(_mm512_load_ps(b.c[r] + kHalf), _mm512_load_ps(b.c[r])));
@@ -121,7 +124,8 @@ template <AmxEpilogue kEpilogue>
       const __m512 up = widen_bf16(_mm512_extracti64x4_epi64(rounded, 1));
       _mm256_storeu_si256(
           reinterpret_cast<__m256i*>(packed_row(a, b.row0 + r, b.cb * kHalf)),
-          __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(simd::silu_mul_avx512(gate, up))));
+          __builtin_bit_cast(__m256i,
+                             _mm512_cvtneps_pbh(simd::silu_mul_for_bf16_avx512(gate, up))));
     }
   } else {
     store_float32_rows<kEpilogue>(a, b, r0, std::min(r1, a.m - b.row0));

@@ -114,9 +114,9 @@ template <AmxEpilogue kEpilogue>
     // product reads whole tiles. Gate and up are rounded to bf16 first, as
     // linear_amx's kBFloat16 output is; the gate is
     // simd::silu_mul_for_bf16_avx512, within a bf16 rounding of
-    // silu_mul(linear_amx(x, gate_up, kBFloat16), kBFloat16) (silu_mul's
-    // exact operations and its division made this epilogue ~N % of the MLP:
-    // docs/quantized-weights.md, "The MLP's gate for bf16").
+    // silu_mul(linear_amx(x, gate_up, kBFloat16), kBFloat16): with
+    // silu_mul's exact operations and its division the MLP took ~1.1x as
+    // long (docs/quantized-weights.md, "The MLP's gate for bf16").
     for (int64_t r = r0; r < r1; ++r) {
       const __m512i rounded = __builtin_bit_cast(
           __m512i, _mm512_cvtne2ps_pbh(_mm512_load_ps(b.c[r] + kHalf), _mm512_load_ps(b.c[r])));

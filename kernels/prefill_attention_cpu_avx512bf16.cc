@@ -173,12 +173,10 @@ SNAPSERVE_BF16 void transpose16(__m512i (&r)[16]) {
   swap_blocks<1>(r);
 }
 
-// 16 rows' 32 values from `at` on (0 past row n), rounded to bf16: each
-// lane a pair.
-SNAPSERVE_BF16 __m512i pairs_of(const float* row, bool real) {
-  if (!real) return _mm512_setzero_si512();
+// 32 values of a row from `at` on, rounded to bf16: 16 pairs, one per lane.
+SNAPSERVE_BF16 __m512i pairs_of(const float* at) {
   return __builtin_bit_cast(__m512i,
-                            _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + 16), _mm512_loadu_ps(row)));
+                            _mm512_cvtne2ps_pbh(_mm512_loadu_ps(at + 16), _mm512_loadu_ps(at)));
 }
 
 }  // namespace
@@ -191,8 +189,8 @@ SNAPSERVE_BF16 void pack_kv_tile_avx512bf16(const float* k, int64_t k_stride, co
     for (int64_t p0 = 0; p0 < dim / 2; p0 += 16) {
       __m512i block[16];
       for (int64_t i = 0; i < 16; ++i) {
-        const int64_t key = 16 * half + i;
-        block[i] = pairs_of(k + key * k_stride + 2 * p0, key < n);
+        const int64_t key = 16 * half + i;  // 0 past the last key
+        block[i] = key < n ? pairs_of(k + key * k_stride + 2 * p0) : _mm512_setzero_si512();
       }
       transpose16(block);
       for (int64_t l = 0; l < 16; ++l) {
@@ -204,12 +202,12 @@ SNAPSERVE_BF16 void pack_kv_tile_avx512bf16(const float* k, int64_t k_stride, co
   const __m512i interleave =
       _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                        21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  auto v_lanes = [&](int64_t key, int64_t d) SNAPSERVE_BF16 {  // 0 past the last key
+    return key < n ? _mm512_loadu_ps(v + key * v_stride + d) : _mm512_setzero_ps();
+  };
   for (int64_t j = 0; j < kTileKeys / 2; ++j) {
-    const float* a = v + 2 * j * v_stride;
-    const float* b = a + v_stride;
     for (int64_t d = 0; d < dim; d += 16) {
-      const __m512 va = 2 * j < n ? _mm512_loadu_ps(a + d) : _mm512_setzero_ps();
-      const __m512 vb = 2 * j + 1 < n ? _mm512_loadu_ps(b + d) : _mm512_setzero_ps();
+      const __m512 va = v_lanes(2 * j, d), vb = v_lanes(2 * j + 1, d);
       const __m512i pairs = __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(vb, va));
       _mm512_storeu_si512(v_dst + (j * dim + d) * 2, _mm512_permutexvar_epi16(interleave, pairs));
     }

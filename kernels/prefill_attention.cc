@@ -21,7 +21,6 @@ namespace snapserve::kernels {
 namespace {
 
 using cpu::kTileKeys;
-
 using cpu::UninitializedBuffer;
 
 cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k, int64_t group_rows);
@@ -105,8 +104,9 @@ at::Tensor AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   for (int64_t h = 0; h < H; ++h) {
     std::fill_n(q_pairs.get() + (h * rows_padded + rows) * half, (rows_padded - rows) * half, 0u);
   }
-  // Rows are rounded 16 lanes at a time (cpu::round_to_bf16_avx512bf16);
-  // each row of q, k and v has its last dimension contiguous.
+  // Rows are rounded 16 lanes at a time (cpu::round_to_bf16_avx512bf16,
+  // cpu::pack_kv_tile_avx512bf16); each row of q, k and v has its last
+  // dimension contiguous.
   const at::Tensor qc = q.stride(2) == 1 ? q : q.contiguous();
   const at::Tensor kc = k.stride(2) == 1 ? k : k.contiguous();
   const at::Tensor vc = v.stride(2) == 1 ? v : v.contiguous();

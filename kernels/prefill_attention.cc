@@ -86,14 +86,15 @@ int64_t prefill_attention_group_rows(int64_t head_dim) { return 256 / head_dim; 
 namespace {
 
 // Packs q, k and v as both bfloat16 kernels take them (cpu::PackedAttention)
-// and runs `kernel` over the work items of `shape`.
-at::Tensor AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
-                      const cpu::AttentionShape& shape,
-                      void (*kernel)(const cpu::PackedAttention&, int64_t, int64_t, float*)) {
+// and runs `kernel` over the work items of `shape`, into out ([rows, H, D])
+// or, for the AMX kernel, o_proj_tiles (cpu::PackedAttention).
+void AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                const cpu::AttentionShape& shape,
+                void (*kernel)(const cpu::PackedAttention&, int64_t, int64_t, float*), float* out,
+                uint16_t* o_proj_tiles) {
   const int64_t H = shape.heads, rows = shape.rows, D = shape.dim, Hkv = shape.kv_heads,
                 keys = shape.keys;
-  at::Tensor out = at::empty({rows, H, D}, q.options()).transpose(0, 1);
-  if (rows == 0) return out;
+  if (rows == 0) return;
   const int64_t rows_padded = shape.rows_padded, tiles = shape.tiles, half = D / 2;
   // Left uninitialized (kernels/uninitialized_buffer.h): q's padding rows
   // are zeroed below, everything else is written by the packing loops.
@@ -146,8 +147,18 @@ at::Tensor AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   p.q_pairs = q_pairs.get();
   p.k_tiles = k_tiles.get();
   p.v_pairs = v_pairs.get();
-  RunItems(p, kernel, out.data_ptr<float>());
-  return out;
+  p.o_proj_tiles = o_proj_tiles;
+  RunItems(p, kernel, out);
+}
+
+// AttendBf16 into a new [H, rows, D] view of a [rows, H, D] tensor
+// (prefill_attention.h).
+at::Tensor AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                      const cpu::AttentionShape& shape,
+                      void (*kernel)(const cpu::PackedAttention&, int64_t, int64_t, float*)) {
+  at::Tensor out = at::empty({shape.rows, shape.heads, shape.dim}, q.options());
+  AttendBf16(q, k, v, scale, shape, kernel, out.data_ptr<float>(), nullptr);
+  return out.transpose(0, 1);
 }
 
 }  // namespace
@@ -172,6 +183,17 @@ at::Tensor prefill_attention_amx(const at::Tensor& q, const at::Tensor& k, const
       q, k, v, "prefill_attention_amx", has_prefill_attention_amx,
       "AMX tiles (AMX-BF16) and head size 64", [](int64_t) { return cpu::kAmxGroupRows; });
   return AttendBf16(q, k, v, scale, shape, cpu::prefill_attention_amx);
+}
+
+AmxPackedRows prefill_attention_amx_packed(const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v, double scale) {
+  const cpu::AttentionShape shape = CheckedShape(
+      q, k, v, "prefill_attention_amx_packed", has_prefill_attention_amx,
+      "AMX tiles (AMX-BF16) and head size 64", [](int64_t) { return cpu::kAmxGroupRows; });
+  AmxPackedRows out = empty_amx_packed_rows(shape.rows, shape.heads * shape.dim);
+  AttendBf16(q, k, v, scale, shape, cpu::prefill_attention_amx, nullptr,
+             static_cast<uint16_t*>(out.tiles.data_ptr()));
+  return out;
 }
 
 }  // namespace snapserve::kernels

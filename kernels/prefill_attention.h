@@ -29,6 +29,8 @@
 
 #include <cstdint>
 
+#include "kernels/prefill_gemm_amx.h"
+
 namespace snapserve::kernels {
 
 // Whether prefill_attention_bf16 runs here: AVX512_BF16 in the CPU and a
@@ -57,6 +59,13 @@ bool has_prefill_attention_amx(int64_t head_dim);
 at::Tensor prefill_attention_amx(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  double scale);
 
+// prefill_attention_amx's output as o_proj's AMX GEMM takes it: [rows, H * D]
+// rounded to bfloat16 in the GEMM's tiles (kernels/prefill_gemm_amx.h), the
+// bits the GEMM's packing would make of prefill_attention_amx's float32
+// output, without writing that output and reading it back.
+AmxPackedRows prefill_attention_amx_packed(const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v, double scale);
+
 // Whether prefill_attention_f32 runs here: a kernel ISA of avx512 or wider
 // (kernels/cpu_isa.h) and head size 64 or 128.
 bool has_prefill_attention_f32(int64_t head_dim);
@@ -82,10 +91,13 @@ struct AttentionShape {
 // q_pairs [H][rows_padded][D/2] bf16 pairs of q·scale (as uint32);
 // k_tiles [Hkv][tiles][D/2][32 keys][2] bf16 (a tile is 32 keys, padded with 0);
 // v_pairs [Hkv][tiles·16][D][2] bf16: keys 2s and 2s + 1 side by side.
+// o_proj_tiles: where the AMX kernel writes its output instead of `out`
+// when set: [rows, H * D] as AmxPackedRows' tiles (prefill_attention_amx_packed).
 struct PackedAttention : AttentionShape {
   const uint32_t* q_pairs = nullptr;
   const uint16_t* k_tiles = nullptr;
   const uint16_t* v_pairs = nullptr;
+  uint16_t* o_proj_tiles = nullptr;
 };
 
 // Operands of the float32 kernel (prefill_attention.cc packs them):

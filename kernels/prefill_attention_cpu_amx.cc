@@ -149,6 +149,19 @@ SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t 
   store_outputs(outs);
   for (int64_t i = 0; i < valid; ++i) {
     const __m512 inv = _mm512_set1_ps(1.0f / rows[i].sum());
+    if (pa.o_proj_tiles != nullptr) {
+      // o_proj's input: the head's 64 columns are two 32-column pieces of
+      // the row's tiles, each rounded as the GEMM's packing rounds 32
+      // float32 values (cpu::pack_amx_rows).
+      const int64_t k = pa.heads * kDim;
+      for (int j = 0; j < kDim; j += 32) {
+        const __m512 lo = _mm512_mul_ps(_mm512_load_ps(outs[i] + j), inv);
+        const __m512 hi = _mm512_mul_ps(_mm512_load_ps(outs[i] + j + 16), inv);
+        _mm512_storeu_si512(pa.o_proj_tiles + amx_packed_offset(k, row0 + i, head * kDim + j),
+                            __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(hi, lo)));
+      }
+      continue;
+    }
     float* dst = output_row(pa, out, head, row0 + i);
     for (int j = 0; j < kDim; j += 16) {
       _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_load_ps(outs[i] + j), inv));

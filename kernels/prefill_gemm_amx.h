@@ -46,13 +46,49 @@ enum class AmxOut {
   kBFloat16,  // returns it rounded to bfloat16 (to nearest even)
 };
 
+// An RMSNorm the products take their x through: x's rows become
+// rms_norm(x, *weight, eps, kBFloat16)'s (kernels/rowwise.h), the same bits,
+// computed as each thread packs its rows into tiles. That saves the [m, k]
+// pass rms_norm's output would cost, written out and read back by the
+// packing (docs/quantized-weights.md, "The RMSNorm in the GEMM's packing").
+// weight nullptr: x as it is.
+struct AmxRowNorm {
+  const at::Tensor* weight = nullptr;  // [k] float32, CPU
+  double eps = 0.0;
+};
+
 // x [m, k] float32 (rounded to bfloat16 here) or bfloat16, CPU; packed from
-// pack_amx_weight. Returns [m, n].
-at::Tensor linear_amx(const at::Tensor& x, const at::Tensor& packed, AmxOut out);
+// pack_amx_weight. Returns [m, n]. With a norm, x must be float32.
+at::Tensor linear_amx(const at::Tensor& x, const at::Tensor& packed, AmxOut out,
+                      const AmxRowNorm& norm = {});
 
 // h [m, n] float32, contiguous: h += x · wᵀ, the product added as it leaves
 // the tiles (no [m, n] temporary).
 void linear_amx_add_(at::Tensor& h, const at::Tensor& x, const at::Tensor& packed);
+
+// x [m, k] already laid out as the GEMM's tiles (cpu::pack_amx_rows' layout),
+// each row rounded to bfloat16 as the packing would round it: written so by
+// its producer, the product skips its packing pass. The AMX prompt attention
+// writes o_proj's input so (kernels/prefill_attention.h,
+// prefill_attention_amx_packed): the f32 output it would write and the
+// packing would read back were ~2x the bytes of these tiles
+// (docs/quantized-weights.md, "The attention's output as o_proj's tiles").
+struct AmxPackedRows {
+  at::Tensor tiles;  // bfloat16, round_up(m, 32) * k elements, rows past m zero
+  int64_t m = 0, k = 0;
+};
+
+// Room for m rows of k (a multiple of 32) on the CPU, its padding rows zero.
+AmxPackedRows empty_amx_packed_rows(int64_t m, int64_t k);
+
+// Where element (row, col) of x [m, k] lies in AmxPackedRows' tiles: tiles of
+// 16 rows x 32 columns, a 16-row block's k / 32 tiles one after another.
+inline int64_t amx_packed_offset(int64_t k, int64_t row, int64_t col) {
+  return (row / 16) * (k / 32) * 512 + (col / 32) * 512 + (row % 16) * 32 + col % 32;
+}
+
+// h += x · wᵀ for x packed already.
+void linear_amx_add_(at::Tensor& h, const AmxPackedRows& x, const at::Tensor& packed);
 
 // Whether the SwiGLU MLP of gate_up [2 * inter, k] and down [k, inter] can
 // take mlp_amx_add_: both fit, and inter is a multiple of 32.
@@ -70,8 +106,11 @@ bool amx_mlp_fits(int64_t inter, int64_t k);
 // inputs within one rounding step of silu_mul's): the MLP of 1,024 rows
 // took ~9 % less time (docs/quantized-weights.md, "The MLP's gate for
 // bf16").
+// With a norm, x may be h itself (the decoder layer's
+// h += MLP(RMSNorm(h))): each thread packs its rows before any product
+// writes them.
 void mlp_amx_add_(at::Tensor& h, const at::Tensor& x, const at::Tensor& gate_up,
-                  const at::Tensor& down);
+                  const at::Tensor& down, const AmxRowNorm& norm = {});
 
 namespace cpu {
 
@@ -101,6 +140,8 @@ struct AmxGemmArgs {
 // are multiples of 16.
 void pack_amx_rows(const float* x, const uint16_t* x_bf16, int64_t m, int64_t k, int64_t row0,
                    int64_t row1, uint16_t* dst);
+// One bfloat16 row of k values to row `row` of pack_amx_rows' layout in dst.
+void pack_amx_row(const uint16_t* row_bf16, int64_t k, int64_t row, uint16_t* dst);
 
 // Output blocks [block_begin, block_end) of the (m_padded / 32) x (n / 32)
 // grid, numbered row block major; on one pool thread.

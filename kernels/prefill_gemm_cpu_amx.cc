@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/amx_tiles.h"
 #include "kernels/exp_avx512.h"
@@ -48,18 +49,14 @@ SNAPSERVE_AMX_GEMM inline __m512 widen_bf16(__m256i bits) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
-// Where element (row, col) of a [rows, k] x lies in pack_amx_rows' layout:
-// tiles of 16 rows x 32 columns, a row block's k / 32 tiles in a row.
-inline int64_t packed_offset(int64_t k, int64_t row, int64_t col) {
-  return (row / kHalf) * (k / kStep) * kWeightTile + (col / kStep) * kWeightTile +
-         (row % kHalf) * kStep + col % kStep;
-}
+// x's tiles (amx_packed_offset) are the weight's: 16 x 32 bf16.
+static_assert(kWeightTile == 512 && kHalf == 16 && kStep == 32);
 
 // Row `row` of the SwiGLU epilogue's output, the down product's x (k: the
 // intermediate size, n / 2), at column `col` (a multiple of 16, so the 16
 // values are contiguous).
 uint16_t* packed_row(const AmxGemmArgs& a, int64_t row, int64_t col) {
-  return static_cast<uint16_t*>(a.out) + packed_offset(a.n / 2, row, col);
+  return static_cast<uint16_t*>(a.out) + amx_packed_offset(a.n / 2, row, col);
 }
 
 // A block's sums, stored from the tiles, waiting for their epilogue; row0
@@ -204,7 +201,7 @@ SNAPSERVE_AMX_GEMM void pack_amx_rows(const float* x, const uint16_t* x_bf16, in
                                       int64_t row0, int64_t row1, uint16_t* dst) {
   const int64_t steps = k / kStep;
   for (int64_t r = row0; r < row1; ++r) {
-    uint16_t* tile_row = dst + packed_offset(k, r, 0);
+    uint16_t* tile_row = dst + amx_packed_offset(k, r, 0);
     for (int64_t s = 0; s < steps; ++s) {
       __m512i v = _mm512_setzero_si512();
       if (r < m && x != nullptr) {
@@ -216,6 +213,13 @@ SNAPSERVE_AMX_GEMM void pack_amx_rows(const float* x, const uint16_t* x_bf16, in
       }
       _mm512_store_si512(tile_row + s * kWeightTile, v);
     }
+  }
+}
+
+void pack_amx_row(const uint16_t* row_bf16, int64_t k, int64_t row, uint16_t* dst) {
+  uint16_t* tile_row = dst + amx_packed_offset(k, row, 0);
+  for (int64_t s = 0; s < k / kStep; ++s) {
+    std::memcpy(tile_row + s * kWeightTile, row_bf16 + s * kStep, kStep * sizeof(uint16_t));
   }
 }
 
@@ -250,6 +254,7 @@ void gemm_amx_blocks(const AmxGemmArgs& a, int64_t row_block_begin, int64_t row_
 namespace snapserve::kernels::cpu {
 // Never called off x86-64: amx_gemm_fits is false there.
 void pack_amx_rows(const float*, const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint16_t*) {}
+void pack_amx_row(const uint16_t*, int64_t, int64_t, uint16_t*) {}
 void gemm_amx_blocks(const AmxGemmArgs&, int64_t, int64_t, int64_t, int64_t) {}
 }  // namespace snapserve::kernels::cpu
 

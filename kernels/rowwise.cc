@@ -36,6 +36,13 @@ void CheckCpuFloat(const at::Tensor& t, const char* name) {
 
 }  // namespace
 
+void rms_norm_row_bf16(const float* x, const float* w, int64_t n, float eps, float* scratch,
+                       uint16_t* out) {
+  if (has_avx512_bf16() && cpu::rms_norm_row_avx512bf16(x, w, n, eps, out)) return;
+  RmsNormRow(x, w, n, eps, cpu_isa() >= CpuIsa::kAvx512, scratch);
+  for (int64_t j = 0; j < n; ++j) out[j] = bf16_bits_as_vcvtneps2bf16(scratch[j]);
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
                     at::ScalarType out_dtype) {
   CheckCpuFloat(x, "x");
@@ -53,17 +60,14 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
   const float* w = wc.const_data_ptr<float>();
   float* dst = bf16 ? nullptr : out.data_ptr<float>();
   auto* dst_bf16 = bf16 ? static_cast<uint16_t*>(out.data_ptr()) : nullptr;
-  const bool simd = cpu_isa() >= CpuIsa::kAvx512, avx512_bf16 = has_avx512_bf16();
+  const bool simd = cpu_isa() >= CpuIsa::kAvx512;
   const float eps_f = static_cast<float>(eps);
   at::parallel_for(0, m, RowGrain(n), [&](int64_t begin, int64_t end) {
-    std::vector<float> row_out(bf16 ? static_cast<size_t>(n) : 0);
+    std::vector<float> scratch(bf16 ? static_cast<size_t>(n) : 0);
     for (int64_t r = begin; r < end; ++r) {
       const float* row = src + r * n;
       if (bf16) {
-        uint16_t* o = dst_bf16 + r * n;
-        if (avx512_bf16 && cpu::rms_norm_row_avx512bf16(row, w, n, eps_f, o)) continue;
-        RmsNormRow(row, w, n, eps_f, simd, row_out.data());
-        for (int64_t j = 0; j < n; ++j) o[j] = bf16_bits_as_vcvtneps2bf16(row_out[j]);
+        rms_norm_row_bf16(row, w, n, eps_f, scratch.data(), dst_bf16 + r * n);
       } else {
         RmsNormRow(row, w, n, eps_f, simd, dst + r * n);
       }

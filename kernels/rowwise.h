@@ -28,6 +28,14 @@ namespace snapserve::kernels {
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
                     at::ScalarType out_dtype = at::kFloat);
 
+// One row of rms_norm(x, weight, eps, kBFloat16): x and w n floats, out n
+// bfloat16 values, the bits rms_norm writes there. For a caller that puts the
+// row elsewhere than rms_norm's [m, n] output (the AMX GEMM's packed tiles,
+// kernels/prefill_gemm_amx.h). scratch: n floats, used where the CPU lacks
+// AVX512_BF16.
+void rms_norm_row_bf16(const float* x, const float* w, int64_t n, float eps, float* scratch,
+                       uint16_t* out);
+
 // x [m, heads, d] float32 with a contiguous last dimension (e.g. the q and k
 // heads of a fused qkv output), cos/sin [m, d] float32 contiguous: rotates x
 // in place, x * cos + rotate_half(x) * sin with rotate_half pairing i and

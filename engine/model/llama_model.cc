@@ -246,8 +246,7 @@ void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& 
   if (FusedRowwise(h)) {
     // On AMX tiles both products and the gate run as one pass
     // (kernels/prefill_gemm_amx.h, mlp_amx_add_): the same bits.
-    if (TakesBFloat16(l.gate_up, x.size(0)) && TakesBFloat16(l.down, x.size(0)) &&
-        kernels::amx_mlp_fits(config_.intermediate, config_.hidden) && h.is_contiguous()) {
+    if (MlpInOnePass(h, l)) {
       return kernels::mlp_amx_add_(h, x.contiguous(), l.gate_up.prefill_amx, l.down.prefill_amx);
     }
     const bool bf16 = TakesBFloat16(l.down, x.size(0));
@@ -259,6 +258,30 @@ void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& 
   const int64_t inter = config_.intermediate;
   at::Tensor act = at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter);
   AddLinear(h, act, l.down);
+}
+
+bool LlamaModel::MlpInOnePass(const at::Tensor& h, const LayerWeights& l) const {
+  return FusedRowwise(h) && TakesBFloat16(l.gate_up, h.size(0)) &&
+         TakesBFloat16(l.down, h.size(0)) &&
+         kernels::amx_mlp_fits(config_.intermediate, config_.hidden) && h.is_contiguous();
+}
+
+at::Tensor LlamaModel::NormedLinear(const at::Tensor& h, const at::Tensor& norm,
+                                    const LinearWeight& w) const {
+  if (FusedRowwise(h) && TakesBFloat16(w, h.size(0)) && h.is_contiguous()) {
+    return kernels::linear_amx(h, w.prefill_amx, kernels::AmxOut::kFloat32,
+                               {&norm, config_.rms_norm_eps});
+  }
+  return Linear(RmsNorm(h, norm, &w), w);
+}
+
+void LlamaModel::AddNormedMlp(at::Tensor& h, const LayerWeights& l) const {
+  if (MlpInOnePass(h, l)) {
+    kernels::mlp_amx_add_(h, h, l.gate_up.prefill_amx, l.down.prefill_amx,
+                          {&l.mlp_norm, config_.rms_norm_eps});
+    return;
+  }
+  AddMlp(h, l, RmsNorm(h, l.mlp_norm, &l.gate_up));
 }
 
 at::Tensor LlamaModel::Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin) const {
@@ -298,6 +321,33 @@ PromptState LlamaModel::BeginPrompt(int64_t seq, const std::vector<int32_t>& tok
   return st;
 }
 
+bool LlamaModel::InSlidingWindow(int64_t start, int64_t rows) const {
+  return config_.sliding_window > 0 && start + rows > config_.sliding_window;
+}
+
+bool LlamaModel::LowPrecisionAttention(const at::Tensor& q, int64_t start) const {
+  return float_prefill_gemm() == kernels::PrefillGemm::kBFloat16 && device_.is_cpu() &&
+         !InSlidingWindow(start, q.size(1)) && q.scalar_type() == at::kFloat;
+}
+
+void LlamaModel::AddAttention(at::Tensor& h, const at::Tensor& q, const at::Tensor& k,
+                              const at::Tensor& v, int64_t start,
+                              const LinearWeight& o_proj) const {
+  const int64_t rows = q.size(1), D = config_.head_dim;
+  // On AMX tiles the attention writes o_proj's input as the GEMM's bfloat16
+  // tiles (kernels/prefill_attention.h, prefill_attention_amx_packed): the
+  // same bits as its float32 output packed by the GEMM, without that pass.
+  if (LowPrecisionAttention(q, start) && kernels::has_prefill_attention_amx(D) &&
+      TakesBFloat16(o_proj, rows) && h.is_contiguous() && h.scalar_type() == at::kFloat) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    kernels::linear_amx_add_(h, kernels::prefill_attention_amx_packed(q, k, v, scale),
+                             o_proj.prefill_amx);
+    return;
+  }
+  const at::Tensor attn = ChunkAttention(q, k, v, start);  // [H, rows, D]
+  AddLinear(h, attn.transpose(0, 1).reshape({rows, config_.num_heads * D}), o_proj);
+}
+
 at::Tensor LlamaModel::ChunkAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       int64_t start) const {
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, D = config_.head_dim;
@@ -308,15 +358,14 @@ at::Tensor LlamaModel::ChunkAttention(const at::Tensor& q, const at::Tensor& k, 
   auto repeat = [&](const at::Tensor& t) {
     return t.unsqueeze(1).expand({Hkv, H / Hkv, keys, D}).reshape({H, keys, D});
   };
-  const bool window = config_.sliding_window > 0 && start + rows > config_.sliding_window;
+  const bool window = InSlidingWindow(start, rows);
   // The lower prompt precisions (bfloat16, int8) cover attention's
   // products too (kernels/prefill_attention.h): bfloat16 products on AMX
   // tiles, or by vdpbf16ps where the CPU multiplies those faster than
   // float32 (kernels/cpu_isa.h, bf16_dot_outpaces_fma), else our float32
   // kernel. LibTorch's float32 flash attention stays for float32 prompts
   // (the exact path), other devices and Mistral's window.
-  if (float_prefill_gemm() == kernels::PrefillGemm::kBFloat16 && device_.is_cpu() && !window &&
-      q.scalar_type() == at::kFloat) {
+  if (LowPrecisionAttention(q, start)) {
     if (kernels::has_prefill_attention_amx(D)) {
       return kernels::prefill_attention_amx(q, k, v, scale);
     }
@@ -367,21 +416,21 @@ at::Tensor LlamaModel::ContinuePrompt(PromptState& st, KvStore& store, int64_t m
   at::Tensor h = Embed(chunk).to(at::kFloat);  // [rows, hidden], the float32 residual stream
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[i];
-    at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm, &l.qkv), l.qkv).view({rows, H + 2 * Hkv, D});
+    at::Tensor qkv = NormedLinear(h, l.attn_norm, l.qkv).view({rows, H + 2 * Hkv, D});
     // q and k are adjacent heads of one buffer: one RoPE call rotates both.
     at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
     at::Tensor q = qk.narrow(1, 0, H).transpose(0, 1);           // [H, rows, D]
     at::Tensor k = qk.narrow(1, H, Hkv).transpose(0, 1);         // [Hkv, rows, D]
     at::Tensor v = qkv.narrow(1, H + Hkv, Hkv).transpose(0, 1);  // [Hkv, rows, D]
-    at::Tensor attn;
+    // The keys and values this chunk's queries see.
+    at::Tensor keys = k, values = v;
     if (whole) {
-      attn = ChunkAttention(q, k, v, 0);
       store.StorePrefillLayer(st.seq, i, q, k, v);
     } else {
       st.keys[i].narrow(1, start, rows).copy_(k);
       st.values[i].narrow(1, start, rows).copy_(v);
-      at::Tensor keys = st.keys[i].narrow(1, 0, end), values = st.values[i].narrow(1, 0, end);
-      attn = ChunkAttention(q, keys, values, start);
+      keys = st.keys[i].narrow(1, 0, end);
+      values = st.values[i].narrow(1, 0, end);
       if (st.query_rows > 0) {
         at::Tensor recent = st.queries[i].defined() ? at::cat({st.queries[i], q}, 1) : q;
         const int64_t kept = std::min(st.query_rows, recent.size(1));
@@ -397,13 +446,13 @@ at::Tensor LlamaModel::ContinuePrompt(PromptState& st, KvStore& store, int64_t m
     // In place, as Decode does: the int8 panels add their sums straight into
     // h (no [rows, hidden] temporary and no separate add pass; the same bits
     // as h + Linear). h is this function's own tensor from Embed on.
-    AddLinear(h, attn.transpose(0, 1).reshape({rows, H * D}), l.o_proj);
+    AddAttention(h, q, keys, values, start, l.o_proj);
     // The MLP is row-wise: over long chunks it runs on slices of rows so its
     // [rows, 2 * intermediate] buffers stay small (96 MiB each at 8K tokens
     // otherwise, several alive at once), in place on the residual.
     for (int64_t r = 0; r < rows; r += kPrefillMlpRows) {
       at::Tensor slice = h.narrow(0, r, std::min(kPrefillMlpRows, rows - r));
-      AddMlp(slice, l, RmsNorm(slice, l.mlp_norm, &l.gate_up));
+      AddNormedMlp(slice, l);
     }
   }
   st.done = end;

@@ -156,6 +156,15 @@ class LlamaModel {
   void AddLinear(at::Tensor& h, const at::Tensor& x, const LinearWeight& w) const;
   // h += the MLP of x.
   void AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& x) const;
+  // Whether AddMlp runs both products and the gate as one pass on AMX tiles
+  // (kernels::mlp_amx_add_) for h's rows.
+  bool MlpInOnePass(const at::Tensor& h, const LayerWeights& l) const;
+  // Linear(RmsNorm(h, norm, &w), w), and AddMlp(h, l, RmsNorm(h, l.mlp_norm,
+  // &l.gate_up)): on AMX tiles the norm runs as the GEMM packs h's rows
+  // (kernels/prefill_gemm_amx.h, AmxRowNorm), the same bits without the
+  // norm's own pass over the rows.
+  at::Tensor NormedLinear(const at::Tensor& h, const at::Tensor& norm, const LinearWeight& w) const;
+  void AddNormedMlp(at::Tensor& h, const LayerWeights& l) const;
   // Rotates the q and k heads of a fused qkv output ([rows, H + Hkv, D]);
   // cos/sin [rows, D]. Returns the rotated heads (in place on CPU float32).
   at::Tensor Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin) const;
@@ -164,6 +173,15 @@ class LlamaModel {
     return x.is_cpu() && compute_dtype_ == at::kFloat && x.scalar_type() == at::kFloat;
   }
   at::Tensor Embed(const std::vector<int32_t>& tokens) const;
+  // Whether a chunk of `rows` queries from position `start` on reaches past
+  // Mistral's sliding window.
+  bool InSlidingWindow(int64_t start, int64_t rows) const;
+  // Whether ChunkAttention takes the lower prompt precisions' kernels
+  // (kernels/prefill_attention.h) for queries q from position `start` on.
+  bool LowPrecisionAttention(const at::Tensor& q, int64_t start) const;
+  // h += o_proj(ChunkAttention(q, k, v, start)) (h the float32 residual rows).
+  void AddAttention(at::Tensor& h, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    int64_t start, const LinearWeight& o_proj) const;
   // Attention of one chunk's queries q [H, rows, D] (prompt positions
   // [start, start + rows)) over keys/values [Hkv, start + rows, D]: causal,
   // and Mistral's sliding window when the model has one.

@@ -86,6 +86,19 @@ at::Tensor MlpAmxAdd(at::Tensor h, const at::Tensor& x, const at::Tensor& gate_u
   return h;
 }
 
+// The two products above with RMSNorm(h) · norm_weight taken in their
+// packing (AmxRowNorm): qkv's float32 product of the normed h, and the MLP
+// added into h in place.
+at::Tensor LinearAmxNormed(const at::Tensor& h, const at::Tensor& norm_weight, double eps,
+                           const at::Tensor& packed) {
+  return linear_amx(h, packed, AmxOut::kFloat32, {&norm_weight, eps});
+}
+at::Tensor MlpAmxNormedAdd(at::Tensor h, const at::Tensor& norm_weight, double eps,
+                           const at::Tensor& gate_up, const at::Tensor& down) {
+  mlp_amx_add_(h, h, gate_up, down, {&norm_weight, eps});
+  return h;
+}
+
 }  // namespace
 }  // namespace snapserve::kernels
 
@@ -110,6 +123,17 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
         &snapserve::kernels::LinearAmx);
   m.def("mlp_amx_add_(Tensor(a!) h, Tensor x, Tensor gate_up, Tensor down) -> Tensor(a!)",
         &snapserve::kernels::MlpAmxAdd);
+  m.def("linear_amx_normed(Tensor h, Tensor norm_weight, float eps, Tensor w) -> Tensor",
+        &snapserve::kernels::LinearAmxNormed);
+  m.def(
+      "mlp_amx_normed_add_(Tensor(a!) h, Tensor norm_weight, float eps, Tensor gate_up, "
+      "Tensor down) -> Tensor(a!)",
+      &snapserve::kernels::MlpAmxNormedAdd);
+  // RMSNorm (kernels/rowwise.h), float32 or bfloat16 rows, for bench/ timing.
+  m.def("rms_norm(Tensor x, Tensor w, float eps, bool bf16_out) -> Tensor",
+        [](const at::Tensor& x, const at::Tensor& w, double eps, bool bf16) {
+          return snapserve::kernels::rms_norm(x, w, eps, bf16 ? at::kBFloat16 : at::kFloat);
+        });
   // The SwiGLU gate (kernels/rowwise.h), for bench/ timing.
   m.def("silu_mul(Tensor gate_up, bool bf16_out) -> Tensor", [](const at::Tensor& g, bool bf16) {
     return snapserve::kernels::silu_mul(g, bf16 ? at::kBFloat16 : at::kFloat);

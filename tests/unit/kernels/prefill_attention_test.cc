@@ -157,5 +157,42 @@ TEST_P(PrefillAttentionTest, RejectsShapesItCannotServe) {
   EXPECT_FALSE(GetParam().available(96));
 }
 
+// The AMX kernel's output written as o_proj's GEMM tiles
+// (prefill_attention_amx_packed) is its float32 output as the GEMM packs it:
+// o_proj's product on those tiles has the same bits as on the float32
+// output, for a whole prompt (rows not a multiple of 32) and a later chunk.
+TEST(PrefillAttentionAmxPacked, IsTheFloat32OutputAsOProjPacksIt) {
+  if (!has_prefill_attention_amx(64) || !amx_gemm_fits(576, 576)) {
+    GTEST_SKIP() << "no AMX prompt attention on this CPU or under this SNAPSERVE_CPU_ISA cap";
+  }
+  at::manual_seed(3);
+  const at::Tensor k = at::randn({3, 130, 64}), v = at::randn({3, 130, 64});
+  const at::Tensor o_proj = pack_amx_weight(at::randn({576, 576}) * 0.05);
+  for (const int64_t rows : {130, 45}) {
+    const at::Tensor q = at::randn({9, rows, 64});
+    const at::Tensor h0 = at::randn({rows, 576});
+    at::Tensor from_float32 = h0.clone();
+    linear_amx_add_(from_float32,
+                    prefill_attention_amx(q, k, v, 0.125).transpose(0, 1).reshape({rows, 576}),
+                    o_proj);
+    const AmxPackedRows packed = prefill_attention_amx_packed(q, k, v, 0.125);
+    EXPECT_EQ(packed.m, rows);
+    at::Tensor from_tiles = h0.clone();
+    linear_amx_add_(from_tiles, packed, o_proj);
+    EXPECT_TRUE(at::equal(from_tiles, from_float32)) << rows << " rows";
+    EXPECT_FALSE(at::equal(from_tiles, h0));  // o_proj added something
+  }
+}
+
+TEST(PrefillAttentionAmxPacked, OProjRefusesTilesOfAnotherShape) {
+  if (!amx_gemm_fits(64, 64)) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+  const AmxPackedRows x = empty_amx_packed_rows(40, 64);
+  at::Tensor h = at::zeros({40, 64});
+  EXPECT_THROW(linear_amx_add_(h, x, pack_amx_weight(at::randn({64, 96}))), c10::Error);
+  at::Tensor short_h = at::zeros({39, 64});
+  EXPECT_THROW(linear_amx_add_(short_h, x, pack_amx_weight(at::randn({64, 64}))), c10::Error);
+  EXPECT_THROW(empty_amx_packed_rows(40, 48), c10::Error);  // k not a multiple of 32
+}
+
 }  // namespace
 }  // namespace snapserve::kernels

@@ -151,6 +151,43 @@ TEST_F(PrefillGemmAmxTest, MlpInOnePassIsItsThreePassesWithinABf16Rounding) {
   }
 }
 
+// The norm taken in the packing is rms_norm's bfloat16 rows (rowwise_test
+// checks rms_norm against LibTorch's expression): the products' bits are
+// those of rms_norm followed by the plain product, on 300 rows (split by rows
+// between threads), 70 (a partial block) and 5 (columns split instead); the
+// MLP with x = h itself, as the decoder layer calls it.
+TEST_F(PrefillGemmAmxTest, NormInThePackingIsRmsNormsBits) {
+  const int64_t hidden = 576, inter = 1536;
+  const at::Tensor qkv = pack_amx_weight(at::randn({960, hidden}) * 0.05);
+  const at::Tensor gate_up = pack_amx_weight(at::randn({2 * inter, hidden}) * 0.15);
+  const at::Tensor down = pack_amx_weight(at::randn({hidden, inter}) * 0.05);
+  const at::Tensor weight = at::rand({hidden}) + 0.5;
+  const double eps = 1e-5;
+  for (const int64_t m : {300, 70, 5}) {
+    const at::Tensor h0 = at::randn({m, hidden}) * 3;
+    const at::Tensor normed = rms_norm(h0, weight, eps, at::kBFloat16);
+    EXPECT_TRUE(at::equal(linear_amx(h0, qkv, AmxOut::kFloat32, {&weight, eps}),
+                          linear_amx(normed, qkv, AmxOut::kFloat32)))
+        << m << " rows";
+    at::Tensor two_passes = h0.clone();
+    mlp_amx_add_(two_passes, normed, gate_up, down);
+    at::Tensor in_place = h0.clone();
+    mlp_amx_add_(in_place, in_place, gate_up, down, {&weight, eps});
+    EXPECT_TRUE(at::equal(in_place, two_passes)) << m << " rows";
+    EXPECT_FALSE(at::equal(in_place, h0));  // the MLP added something
+  }
+}
+
+TEST_F(PrefillGemmAmxTest, NormRefusesWhatItCannotTake) {
+  const at::Tensor packed = pack_amx_weight(at::randn({64, 64}));
+  const at::Tensor weight = at::ones({64}), short_weight = at::ones({32});
+  EXPECT_THROW(
+      linear_amx(at::randn({40, 64}).to(at::kBFloat16), packed, AmxOut::kFloat32, {&weight, 1e-5}),
+      c10::Error);  // a normed x is float32
+  EXPECT_THROW(linear_amx(at::randn({40, 64}), packed, AmxOut::kFloat32, {&short_weight, 1e-5}),
+               c10::Error);  // the weight is k long
+}
+
 TEST_F(PrefillGemmAmxTest, MlpRefusesShapesThatDoNotChain) {
   EXPECT_FALSE(amx_mlp_fits(48, 576));                               // inter not a multiple of 32
   const at::Tensor gate_up = pack_amx_weight(at::randn({128, 64}));  // inter 64, k 64

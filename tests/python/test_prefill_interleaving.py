@@ -125,10 +125,19 @@ def test_running_stream_keeps_decoding_during_a_long_prefill(servers, pb):
 def test_deadline_in_the_middle_of_a_chunked_prefill_frees_blocks(servers, pb):
     server = servers[STEP_TOKENS]
     total = _metric(server.metrics_port, "snapserve_kv_cache_blocks_free")
-    with _long_request_beside_running_stream(server, pb, "late-b") as (stub, request, a):
+    with _long_request_beside_running_stream(server, pb, "late-b-whole") as (stub, whole, a):
+        # B's whole chunked prefill is timed on this machine first, so that a
+        # quarter of it lands in the middle of B's chunks on a fast machine as
+        # on a slow one (a fixed 2 s deadline let B finish on a fast CI host).
+        t0 = time.monotonic()
+        stub.Generate(whole, timeout=600)
+        deadline = (time.monotonic() - t0) / 4
+        late = type(whole)()
+        late.CopyFrom(whole)
+        late.request_id = "late-b"
         t0 = time.monotonic()
         with pytest.raises(grpc.RpcError) as err:
-            stub.Generate(request, timeout=2.0)  # B's chunked prefill takes far longer
+            stub.Generate(late, timeout=deadline)
         assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         # A kept going while B was being prefilled and after B ended.
         time.sleep(1.0)

@@ -665,7 +665,8 @@ def test_deadline_while_queued_and_running_frees_blocks(stub, pb, server, info):
 
     # Running: the stream starts, then its deadline passes mid-generation.
     call = stub.GenerateStream(pb2.GenerateRequest(
-        prompt=SHORT_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=400, ignore_eos=True)),
+        # 1500 tokens take seconds even on a fast host; the cache holds them.
+        prompt=SHORT_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=1500, ignore_eos=True)),
         timeout=1.5)
     got = []
     with pytest.raises(grpc.RpcError) as err:

@@ -57,20 +57,37 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
   alignas(64) uint32_t weights[kRows][kTileKeys / 2];
 
   for (int64_t tile = 0; tile < tiles; ++tile) {
-    __m512 s[kRows][2];
+    // Each score is two partial sums, head-dimension pairs [0, kPairs / 2)
+    // and [kPairs / 2, kPairs), added at the end: 4 x kRows independent
+    // vdpbf16ps chains. With 2 x kRows (one sum per score), a Zen 5 core,
+    // which issues two 512-bit vdpbf16ps per cycle, waited on each chain's
+    // latency (docs/quantized-weights.md, "Two partial sums per score").
+    __m512 s[kRows][2], upper[kRows][2];
 #pragma GCC unroll 8
-    for (int i = 0; i < kRows; ++i) s[i][0] = s[i][1] = _mm512_setzero_ps();
+    for (int i = 0; i < kRows; ++i) {
+      s[i][0] = s[i][1] = upper[i][0] = upper[i][1] = _mm512_setzero_ps();
+    }
     const uint16_t* kp = kt + tile * kPairs * kTileKeys * 2;
-    for (int t = 0; t < kPairs; ++t) {
+    constexpr int kHalf = kPairs / 2;
+    for (int t = 0; t < kHalf; ++t) {
       const uint16_t* kpt = kp + static_cast<ptrdiff_t>(t) * kTileKeys * 2;
-      const __m512bh k0 = load_pairs(kpt);
-      const __m512bh k1 = load_pairs(kpt + 32);
+      const uint16_t* kpu = kpt + static_cast<ptrdiff_t>(kHalf) * kTileKeys * 2;
+      const __m512bh k0 = load_pairs(kpt), k1 = load_pairs(kpt + 32);
+      const __m512bh u0 = load_pairs(kpu), u1 = load_pairs(kpu + 32);
 #pragma GCC unroll 8
       for (int i = 0; i < kRows; ++i) {
         const __m512bh b = broadcast_pair(q[i * kPairs + t]);
+        const __m512bh bu = broadcast_pair(q[i * kPairs + t + kHalf]);
         s[i][0] = _mm512_dpbf16_ps(s[i][0], b, k0);
         s[i][1] = _mm512_dpbf16_ps(s[i][1], b, k1);
+        upper[i][0] = _mm512_dpbf16_ps(upper[i][0], bu, u0);
+        upper[i][1] = _mm512_dpbf16_ps(upper[i][1], bu, u1);
       }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+      s[i][0] = _mm512_add_ps(s[i][0], upper[i][0]);
+      s[i][1] = _mm512_add_ps(s[i][1], upper[i][1]);
     }
     const int64_t key0 = tile * kTileKeys;
 #pragma GCC unroll 8

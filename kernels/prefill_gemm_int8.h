@@ -66,16 +66,38 @@ bool has_nibble_panels(QuantType type);
 // without nibbles, when asked for).
 Int8Panels pack_int8_panels(const QuantMatrix& w, bool nibbles = false);
 
+// What the GEMM multiplies: x's rows as they are, or the row-wise step that
+// comes before the product in a decoder layer, applied to each row of x as
+// the rows are quantized. The quantization then reads each row from a
+// thread's scratch, not from an [m, k] float32 tensor that a separate pass
+// wrote (docs/quantized-weights.md, "The int8 GEMM's rows made as they are
+// quantized"). Same bits as that pass followed by the GEMM:
+//   kRmsNorm  rms_norm(x, *norm_weight, eps)'s rows (kernels/rowwise.h); x [m, k];
+//   kSiluMul  silu_mul(x)'s rows; x [m, 2k], the gate's k columns first.
+struct Int8Input {
+  enum class Step { kNone, kRmsNorm, kSiluMul };
+  Step step = Step::kNone;
+  const at::Tensor* norm_weight = nullptr;  // kRmsNorm: [k] float32
+  double eps = 0.0;                         // kRmsNorm
+
+  static Int8Input rms_norm(const at::Tensor& weight, double eps) {
+    return {Step::kRmsNorm, &weight, eps};
+  }
+  static Int8Input silu_mul() { return {Step::kSiluMul, nullptr, 0.0}; }
+};
+
 // x [m, k] float32 CPU -> [m, n] float32, on the path `isa` allows (VNNI or
-// portable; both give the same bits). Parallel over panels.
-at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa isa = cpu_isa());
+// portable; both give the same bits). Parallel over panels. With an
+// `input` step, the product of that step's rows (x [m, 2k] for kSiluMul).
+at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa isa = cpu_isa(),
+                              const Int8Input& input = {});
 
 // out += x · wᵀ in place (out [m, n] float32, contiguous, CPU): the bits of
 // out.add_(linear_int8_panels(x, w)), each output's finished sum added once,
 // without the intermediate tensor and the separate add (a decode step's
 // residual adds: two per layer).
 void linear_int8_panels_add_(at::Tensor& out, const at::Tensor& x, const Int8Panels& w,
-                             CpuIsa isa = cpu_isa());
+                             CpuIsa isa = cpu_isa(), const Int8Input& input = {});
 
 namespace cpu {
 

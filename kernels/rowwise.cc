@@ -43,6 +43,10 @@ void rms_norm_row_bf16(const float* x, const float* w, int64_t n, float eps, flo
   for (int64_t j = 0; j < n; ++j) out[j] = bf16_bits_as_vcvtneps2bf16(scratch[j]);
 }
 
+void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* out) {
+  RmsNormRow(x, w, n, eps, cpu_isa() >= CpuIsa::kAvx512, out);
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
                     at::ScalarType out_dtype) {
   CheckCpuFloat(x, "x");
@@ -115,6 +119,28 @@ void rope_rotate_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
 
 namespace {
 
+// One row of silu_mul from float32 or bfloat16 gate and up into a float32
+// or bfloat16 (rowwise.h) row o; `row` holds the float32 results of a
+// bfloat16 row off AVX-512.
+template <typename T, typename Out>
+void SiluMulRow(const T* gate, const T* up, int64_t n, CpuIsa isa, bool avx512_bf16,
+                std::vector<float>& row, Out* o) {
+  if (avx512_bf16 && cpu::silu_mul_row_avx512bf16(gate, up, n, o)) return;
+  float* f = nullptr;
+  if constexpr (std::is_same_v<Out, uint16_t>) {
+    row.resize(static_cast<size_t>(n));
+    f = row.data();
+  } else {
+    f = o;
+  }
+  if (isa == CpuIsa::kPortable || !cpu::silu_mul_row_avx2(gate, up, n, f)) {
+    for (int64_t i = 0; i < n; ++i) f[i] = cpu::silu_mul_scalar(gate[i], up[i]);
+  }
+  if constexpr (std::is_same_v<Out, uint16_t>) {
+    for (int64_t i = 0; i < n; ++i) o[i] = bf16_bits_as_vcvtneps2bf16(f[i]);
+  }
+}
+
 // silu_mul's rows from float32 or bfloat16 gate_up [m, 2 * inter] into
 // float32 or bfloat16 (rowwise.h) rows.
 template <typename T, typename Out>
@@ -122,25 +148,10 @@ void SiluMulRows(const T* src, int64_t m, int64_t inter, Out* dst) {
   const CpuIsa isa = cpu_isa();
   const bool avx512_bf16 = has_avx512_bf16();
   at::parallel_for(0, m, RowGrain(inter), [&](int64_t begin, int64_t end) {
-    std::vector<float> row;  // the float32 results of a bfloat16 row off AVX-512
+    std::vector<float> row;
     for (int64_t r = begin; r < end; ++r) {
       const T* gate = src + r * 2 * inter;
-      const T* up = gate + inter;
-      Out* o = dst + r * inter;
-      if (avx512_bf16 && cpu::silu_mul_row_avx512bf16(gate, up, inter, o)) continue;
-      float* f = nullptr;
-      if constexpr (std::is_same_v<Out, uint16_t>) {
-        row.resize(static_cast<size_t>(inter));
-        f = row.data();
-      } else {
-        f = o;
-      }
-      if (isa == CpuIsa::kPortable || !cpu::silu_mul_row_avx2(gate, up, inter, f)) {
-        for (int64_t i = 0; i < inter; ++i) f[i] = cpu::silu_mul_scalar(gate[i], up[i]);
-      }
-      if constexpr (std::is_same_v<Out, uint16_t>) {
-        for (int64_t i = 0; i < inter; ++i) o[i] = bf16_bits_as_vcvtneps2bf16(f[i]);
-      }
+      SiluMulRow(gate, gate + inter, inter, isa, avx512_bf16, row, dst + r * inter);
     }
   });
 }
@@ -155,6 +166,11 @@ void SiluMulInto(const T* src, int64_t m, int64_t inter, at::Tensor& out) {
 }
 
 }  // namespace
+
+void silu_mul_row(const float* gate, const float* up, int64_t n, float* out) {
+  std::vector<float> unused;  // float32 rows need no staging
+  SiluMulRow(gate, up, n, cpu_isa(), has_avx512_bf16(), unused, out);
+}
 
 at::Tensor silu_mul(const at::Tensor& gate_up, at::ScalarType out_dtype) {
   TORCH_CHECK(gate_up.is_cpu(), "gate_up: expected a CPU tensor");

@@ -35,6 +35,10 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
 // AVX512_BF16.
 void rms_norm_row_bf16(const float* x, const float* w, int64_t n, float eps, float* scratch,
                        uint16_t* out);
+// The float32 row of rms_norm(x, weight, eps): out n floats, the bits
+// rms_norm writes there. For the int8 prompt GEMM, which quantizes the row
+// as it is made (kernels/prefill_gemm_int8.h, Int8Input).
+void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* out);
 
 // x [m, heads, d] float32 with a contiguous last dimension (e.g. the q and k
 // heads of a fused qkv output), cos/sin [m, d] float32 contiguous: rotates x
@@ -53,6 +57,11 @@ void rope_rotate_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 // (kernels/prefill_gemm_amx.h), so that GEMM gives the float32 result's
 // bits on half the bytes, and no pass converts them.
 at::Tensor silu_mul(const at::Tensor& gate_up, at::ScalarType out_dtype = at::kFloat);
+
+// One float32 row of silu_mul on a float32 gate_up: out[i] = silu(gate[i]) *
+// up[i] for i < n, the bits silu_mul writes there. For the int8 prompt GEMM
+// (kernels/prefill_gemm_int8.h, Int8Input).
+void silu_mul_row(const float* gate, const float* up, int64_t n, float* out);
 
 // The bfloat16 bits vcvtneps2bf16 gives for v: rounded to nearest even,
 // subnormals (and zeros) to a zero of their sign, NaNs quieted and cut.

@@ -266,11 +266,21 @@ bool LlamaModel::MlpInOnePass(const at::Tensor& h, const LayerWeights& l) const 
          kernels::amx_mlp_fits(config_.intermediate, config_.hidden) && h.is_contiguous();
 }
 
+const kernels::Int8Panels* LlamaModel::SinglePanels(const at::Tensor& x,
+                                                    const LinearWeight& w) const {
+  const std::vector<kernels::Int8Panels>& panels = w.panels_for(x.size(0));
+  return FusedRowwise(x) && panels.size() == 1 ? &panels[0] : nullptr;
+}
+
 at::Tensor LlamaModel::NormedLinear(const at::Tensor& h, const at::Tensor& norm,
                                     const LinearWeight& w) const {
   if (FusedRowwise(h) && TakesBFloat16(w, h.size(0)) && h.is_contiguous()) {
     return kernels::linear_amx(h, w.prefill_amx, kernels::AmxOut::kFloat32,
                                {&norm, config_.rms_norm_eps});
+  }
+  if (const kernels::Int8Panels* panels = SinglePanels(h, w)) {
+    return kernels::linear_int8_panels(h, *panels, kernels::cpu_isa(),
+                                       kernels::Int8Input::rms_norm(norm, config_.rms_norm_eps));
   }
   return Linear(RmsNorm(h, norm, &w), w);
 }
@@ -279,6 +289,18 @@ void LlamaModel::AddNormedMlp(at::Tensor& h, const LayerWeights& l) const {
   if (MlpInOnePass(h, l)) {
     kernels::mlp_amx_add_(h, h, l.gate_up.prefill_amx, l.down.prefill_amx,
                           {&l.mlp_norm, config_.rms_norm_eps});
+    return;
+  }
+  // On int8 panels: the norm inside gate_up's quantization and the gate
+  // inside down's; h changes only as down's sums are added.
+  const kernels::Int8Panels* gate_up = SinglePanels(h, l.gate_up);
+  const kernels::Int8Panels* down = SinglePanels(h, l.down);
+  if (gate_up != nullptr && down != nullptr && h.is_contiguous()) {
+    const at::Tensor product =
+        kernels::linear_int8_panels(h, *gate_up, kernels::cpu_isa(),
+                                    kernels::Int8Input::rms_norm(l.mlp_norm, config_.rms_norm_eps));
+    kernels::linear_int8_panels_add_(h, product, *down, kernels::cpu_isa(),
+                                     kernels::Int8Input::silu_mul());
     return;
   }
   AddMlp(h, l, RmsNorm(h, l.mlp_norm, &l.gate_up));

@@ -159,10 +159,16 @@ class LlamaModel {
   // Whether AddMlp runs both products and the gate as one pass on AMX tiles
   // (kernels::mlp_amx_add_) for h's rows.
   bool MlpInOnePass(const at::Tensor& h, const LayerWeights& l) const;
+  // The one set of int8 panels w has for `rows` rows, where the row-wise
+  // step before it can run inside its quantization (FusedRowwise rows);
+  // else nullptr (no panels, or a matrix of several block types).
+  const kernels::Int8Panels* SinglePanels(const at::Tensor& x, const LinearWeight& w) const;
   // Linear(RmsNorm(h, norm, &w), w), and AddMlp(h, l, RmsNorm(h, l.mlp_norm,
   // &l.gate_up)): on AMX tiles the norm runs as the GEMM packs h's rows
-  // (kernels/prefill_gemm_amx.h, AmxRowNorm), the same bits without the
-  // norm's own pass over the rows.
+  // (kernels/prefill_gemm_amx.h, AmxRowNorm), on int8 panels as the GEMM
+  // quantizes them, and the SwiGLU gate too (kernels/prefill_gemm_int8.h,
+  // Int8Input): the same bits without the norm's and the gate's own passes
+  // over the rows.
   at::Tensor NormedLinear(const at::Tensor& h, const at::Tensor& norm, const LinearWeight& w) const;
   void AddNormedMlp(at::Tensor& h, const LayerWeights& l) const;
   // Rotates the q and k heads of a fused qkv output ([rows, H + Hkv, D]);

@@ -109,6 +109,50 @@ def test_int8_panels_add_in_place_equals_torch_add(torch_ops, qtype):
                                           int(qtype), k, "widest", False)
 
 
+@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0], ids=lambda t: t.name)
+def test_row_steps_in_the_quantization_are_the_separate_passes_bits(torch_ops, qtype):
+    """The decoder layer's row-wise steps taken inside the GEMM's activation
+    quantization (Int8Input, kernels/prefill_gemm_int8.h) give the bits of
+    the separate pass followed by the GEMM: RMSNorm before qkv and gate_up
+    (rms_norm's float32 rows), the SwiGLU gate before down (silu_mul's), on
+    both paths and layouts, for row counts around the 8-row groups the
+    quantization makes (the rows of a parallel task end anywhere)."""
+    rows, bpr = 41, 18
+    data, k = _random_blocks(qtype, rows=rows, blocks_per_row=bpr, seed=900 + int(qtype))
+    blocks = torch.from_numpy(data.copy())
+    layouts = (False, True) if qtype == T.Q4_1 else (False,)
+    eps = 1e-5
+    for m in (1, 7, 9, 70, 131):
+        gen = torch.Generator().manual_seed(60 + m)
+        h = torch.randn(m, k, generator=gen) * 3
+        norm_weight = torch.rand(k, generator=gen) + 0.5
+        gate_up = torch.randn(m, 2 * k, generator=gen) * 2
+        residual = torch.randn(m, rows, generator=gen) * 10
+        normed = torch_ops.rms_norm(h, norm_weight, eps, False)
+        gated = torch_ops.silu_mul(gate_up, False)
+        for isa in ("widest", "portable"):
+            for nibbles in layouts:
+                got = torch_ops.linear_int8_panels_normed(h, norm_weight, eps, blocks, int(qtype),
+                                                          k, isa, nibbles)
+                want = torch_ops.linear_int8_panels(normed, blocks, int(qtype), k, isa, nibbles)
+                assert torch.equal(got, want), f"norm m={m} {isa} nibbles={nibbles}"
+                got = torch_ops.linear_int8_panels_silu_add_(residual.clone(), gate_up, blocks,
+                                                             int(qtype), k, isa, nibbles)
+                want = torch_ops.linear_int8_panels_add_(residual.clone(), gated, blocks,
+                                                         int(qtype), k, isa, nibbles)
+                assert torch.equal(got, want), f"gate m={m} {isa} nibbles={nibbles}"
+        # Not vacuous: the steps change the product.
+        plain = torch_ops.linear_int8_panels(h, blocks, int(qtype), k, "widest", False)
+        assert not torch.equal(plain, torch_ops.linear_int8_panels_normed(
+            h, norm_weight, eps, blocks, int(qtype), k, "widest", False))
+    with pytest.raises(RuntimeError, match="norm_weight"):
+        torch_ops.linear_int8_panels_normed(torch.zeros(3, k), torch.ones(k - 32), eps, blocks,
+                                            int(qtype), k, "widest", False)
+    with pytest.raises(RuntimeError, match="gate_up"):  # the gate and up: 2k columns
+        torch_ops.linear_int8_panels_silu_add_(torch.zeros(3, rows), torch.zeros(3, k), blocks,
+                                               int(qtype), k, "widest", False)
+
+
 def test_int8_prompt_gemm_rejects_k_quants_and_bad_shapes(torch_ops):
     data, k = _random_blocks(T.Q4_K, rows=2, blocks_per_row=1, seed=1)
     with pytest.raises(RuntimeError, match="no panels for Q4_K"):

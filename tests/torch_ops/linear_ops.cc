@@ -63,6 +63,23 @@ at::Tensor LinearInt8PanelsAdd(at::Tensor out, const at::Tensor& x, const at::Te
   return out;
 }
 
+// The int8 GEMM with the row-wise step before it taken in its quantization
+// (Int8Input): the product of RMSNorm(x) · norm_weight, and out += the
+// product of silu_mul(gate_up) in place (returns out).
+at::Tensor LinearInt8PanelsNormed(const at::Tensor& x, const at::Tensor& norm_weight, double eps,
+                                  const at::Tensor& blocks, int64_t ggml_type, int64_t cols,
+                                  const std::string& isa, bool nibbles) {
+  return linear_int8_panels(x, PanelsOf(blocks, ggml_type, cols, nibbles), IsaOf(isa),
+                            Int8Input::rms_norm(norm_weight, eps));
+}
+at::Tensor LinearInt8PanelsSiluAdd(at::Tensor out, const at::Tensor& gate_up,
+                                   const at::Tensor& blocks, int64_t ggml_type, int64_t cols,
+                                   const std::string& isa, bool nibbles) {
+  linear_int8_panels_add_(out, gate_up, PanelsOf(blocks, ggml_type, cols, nibbles), IsaOf(isa),
+                          Int8Input::silu_mul());
+  return out;
+}
+
 // The AMX prompt GEMM (kernels/prefill_gemm_amx.h) on w packed per call;
 // w [n, k] is packed per call (or comes packed: 4-D); out: "float32",
 // "bfloat16" or "add" (h += x · wᵀ, returns h).
@@ -116,6 +133,14 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
       "linear_int8_panels_add_(Tensor(a!) out, Tensor x, Tensor blocks, int ggml_type, int cols, "
       "str isa, bool nibbles) -> Tensor(a!)",
       &snapserve::kernels::LinearInt8PanelsAdd);
+  m.def(
+      "linear_int8_panels_normed(Tensor x, Tensor norm_weight, float eps, Tensor blocks, "
+      "int ggml_type, int cols, str isa, bool nibbles) -> Tensor",
+      &snapserve::kernels::LinearInt8PanelsNormed);
+  m.def(
+      "linear_int8_panels_silu_add_(Tensor(a!) out, Tensor gate_up, Tensor blocks, int ggml_type, "
+      "int cols, str isa, bool nibbles) -> Tensor(a!)",
+      &snapserve::kernels::LinearInt8PanelsSiluAdd);
   m.def("has_amx_gemm(int n, int k) -> bool",
         [](int64_t n, int64_t k) { return snapserve::kernels::amx_gemm_fits(n, k); });
   m.def("pack_amx_weight(Tensor w) -> Tensor", &snapserve::kernels::pack_amx_weight);

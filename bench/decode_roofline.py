@@ -1,9 +1,9 @@
 """Benchmark: a batch-1 decode step through the server against the machine's
 memory bandwidth, measured in turns within one run. Writes
-bench/results/decode_roofline.json.
+bench/results/decode_roofline.json (or --out's name there).
 
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/decode_roofline.py \
-        [--rounds 12] [--server-args "--quantized-dot=int8 ..."]
+        [--rounds 12] [--server-args "--quantized-dot=int8 ..."] [--out NAME.json]
 
 Why in turns: this VM's speed moves by up to 2x within minutes (its
 neighbours), so a step time and a bandwidth probe taken minutes apart can
@@ -20,8 +20,9 @@ Bytes per step are those the decode kernels read (docs/quantized-weights.md):
   Q4_1) as nibbles, 5- and 8-bit ones (Q5_0, Q5_1, Q8_0) as bytes, plus one
   float16 scale and offset per 32 weights; other types as the file stores
   them (read in place);
-- the K/V cache entries of the sequence, in the cache's dtype, at the
-  step's mean context (prompt + half the new tokens).
+- the K/V cache entries of the sequence, in the cache's dtype (an int8
+  cache: 1 byte plus its float32 scale per 16 values), at the step's mean
+  context (prompt + half the new tokens).
 Norm vectors and the embedding row are left out (under 0.1 %). The
 inter-token gap is seen by the client, so it also holds sampling, the
 scheduler and the gRPC stream: the share is a lower bound on the kernels'.
@@ -37,7 +38,9 @@ import common as c  # noqa: E402
 # Bytes per 32 weights in the int8 panels (kernels/prefill_gemm_int8.h).
 NIBBLE_PANEL_TYPES = {"Q4_0", "Q4_1"}
 BYTE_PANEL_TYPES = {"Q5_0", "Q5_1", "Q8_0"}
-KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Bytes per cached element; int8 adds a float32 scale per 16 values
+# (kernels/kv_append.h).
+KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1 + 4 / 16}
 DEFAULT_SERVER_ARGS = ("--quantized-dot=int8 --prefill-gemm=int8 --kv-cache-dtype=bfloat16 "
                        "--block-size=64")
 
@@ -76,6 +79,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--server-args", default=DEFAULT_SERVER_ARGS)
+    ap.add_argument("--out", default="decode_roofline.json",
+                    help="file name under bench/results/")
     args = ap.parse_args()
 
     server_args = shlex.split(args.server_args) + [f"--threads={args.threads}",
@@ -121,7 +126,7 @@ def main():
         "kv_bytes_per_position": kv_entry, "kv_dtype": kv_dtype, "mean_context": context,
         "method": __doc__.split("\n\n", 1)[1], "rounds": rounds, "summary": summary,
     }
-    c.write_json("decode_roofline.json", payload)
+    c.write_json(args.out, payload)
     c.log(f"median share {summary['share_median']:.0%} (step {summary['step_ms_median']:.2f} ms, "
           f"{summary['gb_s_median']:.1f} of {summary['bandwidth_gb_s_median']:.1f} GB/s)")
 

@@ -19,6 +19,7 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_cpu_block.h"
+#include "kernels/parallel_dynamic.h"
 #include "kernels/prefetch.h"
 
 namespace snapserve::kernels::cpu {
@@ -123,6 +124,58 @@ FoldBlock16Fn fold_block16_for(int64_t group, int64_t head_dim) {
   return nullptr;
 }
 
+// Keys per work item. A (sequence, KV head) lane's context is cut into spans
+// of whole blocks, about kSpanKeys keys each; a thread folds one span from
+// the empty softmax state, and the spans' states are then merged in order.
+// Why: a batch-1 step has as many lanes as the model has KV heads (SmolLM2:
+// 3), which two threads split 2 : 1, and one thread waited for the other
+// every layer (a third of the attention's time). Spans even that out. Their
+// ends sit at fixed positions of the sequence, so a sequence's output does
+// not depend on the batch around it or on the thread count, and a context
+// of one span gives the bits of a single fold (the merge scales by
+// exp(0) = 1); docs/kv-cache-and-scheduling.md, "Decode attention on CPU".
+constexpr int64_t kSpanKeys = 256;
+
+// The spans of a context of `blocks` blocks, at least one (an empty
+// context's span folds nothing and yields zeros).
+int64_t spans_of(int64_t blocks, int64_t span_blocks) {
+  return std::max<int64_t>(1, (blocks + span_blocks - 1) / span_blocks);
+}
+
+// One span's online-softmax state, as HeadGroup holds it: acc [group,
+// head_dim], then max and sum [group] each, in one scratch row.
+int64_t span_state_floats(int64_t group, int64_t head_dim) { return group * (head_dim + 2); }
+
+// Writes the lane's output from its spans' states: out = sum_p acc_p e^(m_p
+// - M) / sum_p sum_p e^(m_p - M), M the largest max, spans in order.
+template <typename Q>
+void merge_spans(const float* states, int64_t spans, int64_t group, int64_t head_dim, Q* out) {
+  const int64_t stride = span_state_floats(group, head_dim);
+  std::vector<float> acc(head_dim);
+  for (int64_t h = 0; h < group; ++h) {
+    const auto max_of = [&](int64_t p) { return states[p * stride + group * head_dim + h]; };
+    const auto sum_of = [&](int64_t p) {
+      return states[p * stride + group * head_dim + group + h];
+    };
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t p = 0; p < spans; ++p) top = std::max(top, max_of(p));
+    float sum = 0.f;
+    std::fill(acc.begin(), acc.end(), 0.f);
+    for (int64_t p = 0; p < spans; ++p) {
+      // An empty span (max -inf) adds nothing; exp(-inf) would be 0 anyway
+      // except when every span is empty (-inf - -inf).
+      if (max_of(p) == -std::numeric_limits<float>::infinity()) continue;
+      const float f = std::exp(max_of(p) - top);
+      const float* a = states + p * stride + h * head_dim;
+      for (int64_t j = 0; j < head_dim; ++j) acc[j] += a[j] * f;
+      sum += sum_of(p) * f;
+    }
+    // An empty context (padding row) yields zeros rather than 0/0.
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    for (int64_t j = 0; j < head_dim; ++j) out[h * head_dim + j] = static_cast<Q>(acc[j] * inv);
+  }
+}
+
 // T: the cache's element type; Q: the query's and output's (T or float).
 // k_scales / v_scales: an int8 cache's (T = int8_t), else null.
 template <typename T, typename Q>
@@ -152,30 +205,52 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
   // Rows widened for the portable step of a 16-bit cache.
   const bool widen = !kIsFloat && fold16 == nullptr && !int8_in_place;
 
-  at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
-    // Per-thread scratch, reused across the (sequence, head) pairs it handles.
-    std::vector<float> qf(group * head_dim), acc(group * head_dim);
-    std::vector<float> scores(score_scratch(block_size, group)), run_max(group), run_sum(group);
+  // Work items: every lane's spans, lane by lane; first_item[lane] is the
+  // lane's first.
+  const int64_t lanes = batch * num_kv_heads;
+  const int64_t span_blocks = std::max<int64_t>(1, kSpanKeys / block_size);
+  std::vector<int64_t> first_item(lanes + 1, 0);
+  for (int64_t lane = 0; lane < lanes; ++lane) {
+    const int64_t blocks = (lens[lane / num_kv_heads] + block_size - 1) / block_size;
+    first_item[lane + 1] = first_item[lane] + spans_of(blocks, span_blocks);
+  }
+  const int64_t items = first_item[lanes];
+  const int64_t state_floats = span_state_floats(group, head_dim);
+  std::vector<float> states(items * state_floats);
+
+  parallel_shares(items, 1, [&](int64_t begin, int64_t end) {
+    // Per-thread scratch, reused across the spans it takes.
+    std::vector<float> qf(group * head_dim);
+    std::vector<float> scores(score_scratch(block_size, group));
     std::vector<float> kbuf(widen ? block_size * head_dim : 0);
     std::vector<float> vbuf(widen ? block_size * head_dim : 0);
 
-    for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t b = pair / num_kv_heads;
-      const int64_t g = pair % num_kv_heads;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t lane =
+          std::upper_bound(first_item.begin(), first_item.end(), item) - first_item.begin() - 1;
+      const int64_t b = lane / num_kv_heads;
+      const int64_t g = lane % num_kv_heads;
       const int64_t ctx = lens[b];
       const Q* qb = q_ptr + (b * num_heads + g * group) * head_dim;
       for (int64_t i = 0; i < group * head_dim; ++i) qf[i] = static_cast<float>(qb[i]) * scale;
-      std::fill(acc.begin(), acc.end(), 0.f);
-      std::fill(run_max.begin(), run_max.end(), -std::numeric_limits<float>::infinity());
-      std::fill(run_sum.begin(), run_sum.end(), 0.f);
-      const HeadGroup hg{qf.data(), acc.data(), run_max.data(), run_sum.data(), group, head_dim};
+      float* state = states.data() + item * state_floats;
+      float* acc = state;
+      float* run_max = state + group * head_dim;
+      float* run_sum = run_max + group;
+      std::fill(acc, acc + group * head_dim, 0.f);
+      std::fill(run_max, run_max + group, -std::numeric_limits<float>::infinity());
+      std::fill(run_sum, run_sum + group, 0.f);
+      const HeadGroup hg{qf.data(), acc, run_max, run_sum, group, head_dim};
 
       const int64_t num_blocks = (ctx + block_size - 1) / block_size;
-      for (int64_t blk = 0; blk < num_blocks; ++blk) {
+      const int64_t first_blk = (item - first_item[lane]) * span_blocks;
+      const int64_t last_blk = std::min(num_blocks, first_blk + span_blocks);
+      for (int64_t blk = first_blk; blk < last_blk; ++blk) {
         const int64_t phys = tables[b * max_blocks + blk];
         const int64_t n = std::min(block_size, ctx - blk * block_size);
         const int64_t offset = (phys * num_kv_heads + g) * block_size * head_dim;
-        // The next block's rows, for the SIMD steps to prefetch.
+        // The next block's rows, for the SIMD steps to prefetch (past the
+        // span's end too: this thread usually takes the next span).
         const T* next_k = nullptr;
         const T* next_v = nullptr;
         if (blk + 1 < num_blocks) {
@@ -215,15 +290,17 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
           fold(hg, kbuf.data(), vbuf.data(), n, scores.data(), nullptr, nullptr);
         }
       }
+    }
+  });
 
-      Q* ob = out_ptr + (b * num_heads + g * group) * head_dim;
-      for (int64_t h = 0; h < group; ++h) {
-        // An empty context (padding row) yields zeros rather than 0/0.
-        const float inv = run_sum[h] > 0.f ? 1.f / run_sum[h] : 0.f;
-        for (int64_t j = 0; j < head_dim; ++j) {
-          ob[h * head_dim + j] = static_cast<Q>(acc[h * head_dim + j] * inv);
-        }
-      }
+  // Lanes are independent and small (group x head_dim outputs each): the
+  // threads split them only at batch sizes where it pays.
+  at::parallel_for(0, lanes, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t lane = begin; lane < end; ++lane) {
+      const int64_t b = lane / num_kv_heads, g = lane % num_kv_heads;
+      merge_spans(states.data() + first_item[lane] * state_floats,
+                  first_item[lane + 1] - first_item[lane], group, head_dim,
+                  out_ptr + (b * num_heads + g * group) * head_dim);
     }
   });
 }

@@ -67,7 +67,14 @@ void parallel_shares(int64_t n, int64_t chunk, const Fn& fn) {
     std::atomic<uint64_t> range;
   };
   const auto pack = [](uint64_t front, uint64_t back) { return front | (back << 32); };
-  std::unique_ptr<Share[]> shares(new Share[static_cast<size_t>(workers)]);
+  // On the stack for the usual thread counts: a batch-1 step runs ~120
+  // of these loops, and each heap allocation and free cost more than the
+  // loop's own bookkeeping.
+  constexpr int64_t kStackShares = 16;
+  Share stack_shares[kStackShares];
+  std::unique_ptr<Share[]> heap_shares(
+      workers > kStackShares ? new Share[static_cast<size_t>(workers)] : nullptr);
+  Share* shares = heap_shares ? heap_shares.get() : stack_shares;
   for (int64_t t = 0; t < workers; ++t) {
     shares[t].range.store(pack(n * t / workers, n * (t + 1) / workers), std::memory_order_relaxed);
   }

@@ -329,7 +329,7 @@ at::Tensor LlamaModel::Embed(const std::vector<int32_t>& tokens) const {
 }
 
 at::Tensor LlamaModel::Logits(const at::Tensor& hidden) const {
-  return Linear(RmsNorm(hidden, w_.final_norm), w_.lm_head).to(at::kFloat);
+  return NormedLinear(hidden, w_.final_norm, w_.lm_head).to(at::kFloat);
 }
 
 PromptState LlamaModel::BeginPrompt(int64_t seq, const std::vector<int32_t>& tokens,
@@ -507,12 +507,12 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
   store.BeginDecodeStep(seqs);
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const LayerWeights& l = w_.layers[i];
-    at::Tensor qkv = Linear(RmsNorm(h, l.attn_norm), l.qkv).view({B, H + 2 * Hkv, D});
+    at::Tensor qkv = NormedLinear(h, l.attn_norm, l.qkv).view({B, H + 2 * Hkv, D});
     at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
     at::Tensor attn = store.DecodeAttention(seqs, i, qk.narrow(1, 0, H), qk.narrow(1, H, Hkv),
                                             qkv.narrow(1, H + Hkv, Hkv));  // [B, H, D]
     AddLinear(h, attn.reshape({B, H * D}), l.o_proj);
-    AddMlp(h, l, RmsNorm(h, l.mlp_norm));
+    AddNormedMlp(h, l);
   }
   store.EndDecodeStep();
   return Logits(h);

@@ -200,6 +200,35 @@ def test_long_contexts_up_to_8192(torch_ops, q_dtype, cache_dtype):
                 f"its last {drop} token(s)"
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("block_size", [16, 64])
+def test_a_sequence_reads_the_same_bits_alone_in_a_batch_and_on_any_thread_count(
+        torch_ops, cache_dtype, block_size):
+    # The CPU kernel cuts each context into spans of about 256 keys that the
+    # threads share, then merges them (kernels/paged_attention_cpu.cc): the
+    # span ends sit at fixed positions, so a sequence's output may not depend
+    # on the sequences beside it or on the thread count (the engine's
+    # batching invariance rests on this). Lengths around the span ends: 255,
+    # 256, 257 keys, one key, and several spans.
+    lens = [700, 1, 2500, 256, 257, 255]
+    q, kc, vc, tables, ctx = make_case(lens, 9, 3, 64, block_size, cache_dtype, seed=23)
+    q = q.float()
+    saved = torch.get_num_threads()
+    try:
+        outputs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            outputs.append(torch_ops.paged_decode_attention(q, kc, vc, tables, ctx, 0.125))
+            for b in range(len(lens)):
+                alone = torch_ops.paged_decode_attention(q[b:b + 1], kc, vc, tables[b:b + 1],
+                                                         ctx[b:b + 1], 0.125)
+                assert torch.equal(alone[0], outputs[-1][b]), (threads, lens[b])
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(outputs[0], outputs[1])
+    assert_rows_close(outputs[1], reference(q, kc, vc, tables, ctx, 0.125), torch.float32)
+
+
 @pytest.mark.parametrize("block_size,head_dim", [(1, 8), (8, 128), (32, 96), (16, 256)])
 def test_other_block_sizes_and_head_dims(torch_ops, block_size, head_dim):
     lens = [1, block_size, block_size + 1, 5 * block_size + 3]

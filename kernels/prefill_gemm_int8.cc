@@ -16,7 +16,7 @@
 #include "kernels/quant_dot.h"
 #include "kernels/quant_dot_cpu_block.h"
 #include "kernels/rowwise.h"
-#include "kernels/uninitialized_buffer.h"
+#include "kernels/thread_scratch.h"
 
 namespace snapserve::kernels {
 
@@ -141,6 +141,12 @@ namespace {
 // and 8 rows' blocks keep the AVX-512 quantization's 16-block trees full.
 constexpr int64_t kStepRows = 8;
 
+// The thread scratch slots (kernels/thread_scratch.h) of the quantized
+// activations and of the step's rows, which are alive at once on the
+// calling thread.
+constexpr int kActivationSlot = 0;
+constexpr int kStepRowsSlot = 1;
+
 // Rows [begin, end) of `input`'s step on xc into rows (k floats each).
 void step_rows(const at::Tensor& xc, const Int8Input& input, int64_t k, int64_t begin, int64_t end,
                float* rows) {
@@ -171,10 +177,12 @@ void run_int8_panels(const at::Tensor& xc, const Int8Panels& w, CpuIsa isa, cons
   if (m == 0 || w.n == 0) return;
   // Every element is written by the quantization below: no zeroing (a
   // serial memset of up to 3 MiB per call otherwise).
-  // q, then d and s, in one allocation: a batch-1 step runs ~120 of these
-  // products, and each allocation and free is serial work between them.
+  // q, then d and s, in one scratch the calling thread keeps between calls
+  // (kernels/thread_scratch.h): a batch-1 step runs ~120 of these products,
+  // and a heap allocation and free each was serial work between them.
   const int64_t q_bytes = (m * k + 63) / 64 * 64;  // d starts on a cache line
-  cpu::UninitializedBuffer<uint8_t> scratch(q_bytes + 2 * m * blocks * int64_t{sizeof(float)});
+  const cpu::ThreadScratch scratch(kActivationSlot,
+                                   q_bytes + 2 * m * blocks * int64_t{sizeof(float)});
   int8_t* q = reinterpret_cast<int8_t*>(scratch.get());
   float* d = reinterpret_cast<float*>(scratch.get() + q_bytes);
   float* s = d + m * blocks;
@@ -185,11 +193,13 @@ void run_int8_panels(const at::Tensor& xc, const Int8Panels& w, CpuIsa isa, cons
                       q + begin * k, d + begin * blocks, s + begin * blocks);
       return;
     }
-    cpu::UninitializedBuffer<float> rows(std::min(kStepRows, end - begin) * k);
+    const cpu::ThreadScratch scratch_rows(
+        kStepRowsSlot, std::min(kStepRows, end - begin) * k * int64_t{sizeof(float)});
+    auto* rows = reinterpret_cast<float*>(scratch_rows.get());
     for (int64_t r = begin; r < end; r += kStepRows) {
       const int64_t n = std::min(kStepRows, end - r);
-      step_rows(xc, input, k, r, r + n, rows.get());
-      quantize_blocks(rows.get(), n * blocks, simd, q + r * k, d + r * blocks, s + r * blocks);
+      step_rows(xc, input, k, r, r + n, rows);
+      quantize_blocks(rows, n * blocks, simd, q + r * k, d + r * blocks, s + r * blocks);
     }
   });
   const cpu::PanelActivations xa{q, d, s, m, w.k};

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu_isa.h"
 #include "kernels/kv_append.h"
+#include "kernels/parallel_team.h"
 
 namespace snapserve::kernels::cpu {
 
@@ -55,7 +56,7 @@ void append_rows(at::Tensor& key_cache, at::Tensor& value_cache, const at::Tenso
 
   // Rows are small (head_dim elements): a grain of 64 keeps short decode
   // appends on the calling thread.
-  at::parallel_for(0, num_tokens * num_kv_heads, 64, [&](int64_t begin, int64_t end) {
+  parallel_for(0, num_tokens * num_kv_heads, 64, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t token = i / num_kv_heads;
       const int64_t head = i % num_kv_heads;
@@ -107,7 +108,7 @@ void kv_append_int8(at::Tensor& key_cache, at::Tensor& key_scales, at::Tensor& v
   auto quantize = [&](const float* x, int8_t* q, float* s) {
     if (!simd || !quantize_kv_row_avx512(x, head_dim, q, s)) quantize_kv_row(x, head_dim, q, s);
   };
-  at::parallel_for(0, num_tokens * num_kv_heads, 64, [&](int64_t begin, int64_t end) {
+  parallel_for(0, num_tokens * num_kv_heads, 64, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t token = i / num_kv_heads, head = i % num_kv_heads;
       const int64_t slot = slots[token];

@@ -11,6 +11,7 @@
 #include "kernels/checks.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/linear_cpu_tiles.h"
+#include "kernels/parallel_team.h"
 #include "kernels/quant_dot.h"
 
 namespace snapserve::kernels {
@@ -29,7 +30,7 @@ at::Tensor to_bfloat16(const at::Tensor& x) {
   at::Tensor out = at::empty(xc.sizes(), xc.options().dtype(at::kBFloat16));
   const float* src = xc.const_data_ptr<float>();
   auto* dst = static_cast<uint16_t*>(out.data_ptr());
-  at::parallel_for(0, xc.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+  cpu::parallel_for(0, xc.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
     cpu::round_rows_to_bf16_avx512bf16(src + begin, end - begin, dst + begin);
   });
   return out;
@@ -77,7 +78,7 @@ void int8_linear(const at::Tensor& x, const QuantMatrix& w, at::Tensor& out) {
   // ~64K multiply-adds per task, as the float32 kernel.
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, w.cols * xq.m));
-  at::parallel_for(0, w.rows, grain, [&](int64_t begin, int64_t end) {
+  cpu::parallel_for(0, w.rows, grain, [&](int64_t begin, int64_t end) {
     if (isa >= CpuIsa::kAvx512Vnni && cpu::int8_dot_avx512vnni(w, xq, begin, end, dst, w.rows)) {
       return;
     }
@@ -154,7 +155,7 @@ at::Tensor linear_quantized(const at::Tensor& x, const QuantMatrix& w, QuantDot 
     return linear_large(xc, w.rows, w.cols, gemm, [&](int64_t r, int64_t rows) {
       at::Tensor slice = at::empty({rows, w.cols}, at::kFloat);
       float* dst = slice.data_ptr<float>();
-      at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+      cpu::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           dequantize_row(w.type, w.row(r + i), w.cols, dst + i * w.cols);
         }

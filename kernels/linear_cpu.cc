@@ -28,6 +28,7 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/linear.h"
 #include "kernels/linear_cpu_tiles.h"
+#include "kernels/parallel_team.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/simd_sums.h"
 
@@ -221,7 +222,7 @@ void linear_rows_small(const at::Tensor& x, const WeightRows& w, int64_t n, at::
   // ~64K multiply-adds per task keeps small matrices on the calling thread.
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, p.k * p.m * kTile));
-  at::parallel_for(0, tiles, grain, [&](int64_t t_begin, int64_t t_end) {
+  parallel_for(0, tiles, grain, [&](int64_t t_begin, int64_t t_end) {
     const int64_t n_begin = t_begin * kTile, n_end = std::min(t_end * kTile, p.n_total);
     std::vector<float> scratch(w.in_place() ? 0 : static_cast<size_t>(kTile * p.k));
     run_columns(p, w, n_begin, n_end, scratch.data());
@@ -240,7 +241,7 @@ void linear_rows_small_bf16_dot(const at::Tensor& x, const uint16_t* w, int64_t 
   // its tiles per task (same ~64K instructions).
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(1, k * m * kTile));
-  at::parallel_for(0, tiles, grain, [&](int64_t t_begin, int64_t t_end) {
+  parallel_for(0, tiles, grain, [&](int64_t t_begin, int64_t t_end) {
     const int64_t n_end = std::min(t_end * kTile, n);
     for (int64_t n0 = t_begin * kTile; n0 < n_end; n0 += kTile) {
       const int64_t rows = std::min(kTile, n_end - n0);

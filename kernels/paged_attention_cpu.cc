@@ -295,7 +295,7 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
 
   // Lanes are independent and small (group x head_dim outputs each): the
   // threads split them only at batch sizes where it pays.
-  at::parallel_for(0, lanes, 16, [&](int64_t begin, int64_t end) {
+  parallel_for(0, lanes, 16, [&](int64_t begin, int64_t end) {
     for (int64_t lane = begin; lane < end; ++lane) {
       const int64_t b = lane / num_kv_heads, g = lane % num_kv_heads;
       merge_spans(states.data() + first_item[lane] * state_floats,

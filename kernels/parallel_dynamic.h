@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/parallel_team.h"
+
 namespace snapserve::kernels::cpu {
 
 // Calls fn(begin, end) over [0, n) in chunks of `chunk` items that the
@@ -23,7 +25,8 @@ namespace snapserve::kernels::cpu {
 // Each item must be computed the same way whichever thread takes it (true
 // of the callers: an item owns its outputs), so results do not depend on the
 // schedule. Nested inside another parallel region it runs serially, as
-// at::parallel_for does.
+// at::parallel_for does. Both loops here run on the calling thread's team
+// when it leads one (kernels/parallel_team.h).
 template <typename Fn>
 void parallel_dynamic(int64_t n, int64_t chunk, const Fn& fn) {
   if (n <= 0) return;
@@ -32,7 +35,7 @@ void parallel_dynamic(int64_t n, int64_t chunk, const Fn& fn) {
   std::atomic<int64_t> next{0};
   // One index per thread; each loops on the counter until it runs dry.
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), chunks);
-  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+  run_items(workers, [&](int64_t) {
     for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
          c = next.fetch_add(1, std::memory_order_relaxed)) {
       fn(c * chunk, std::min(n, (c + 1) * chunk));
@@ -90,13 +93,12 @@ void parallel_shares(int64_t n, int64_t chunk, const Fn& fn) {
       if (s.range.compare_exchange_weak(r, next, std::memory_order_relaxed)) return true;
     }
   };
-  at::parallel_for(0, workers, 1, [&](int64_t t0, int64_t t1) {
+  // Item t runs share t, then takes from the others' backs.
+  run_items(workers, [&](int64_t t) {
     int64_t begin = 0, end = 0;
-    for (int64_t t = t0; t < t1; ++t) {
-      while (take(shares[t], true, begin, end)) fn(begin, end);
-    }
+    while (take(shares[t], true, begin, end)) fn(begin, end);
     for (int64_t v = 1; v < workers; ++v) {
-      while (take(shares[(t0 + v) % workers], false, begin, end)) fn(begin, end);
+      while (take(shares[(t + v) % workers], false, begin, end)) fn(begin, end);
     }
   });
 }

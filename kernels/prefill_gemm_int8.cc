@@ -77,7 +77,7 @@ Int8Panels pack_int8_panels(const QuantMatrix& w, bool nibbles) {
   uint8_t* bytes = p.bytes.data_ptr<uint8_t>();
   auto* scales = p.scales.data_ptr<at::Half>();
   const int64_t block_bytes = quant_format(w.type).block_bytes;
-  at::parallel_for(0, p.panels, 1, [&](int64_t begin, int64_t end) {
+  cpu::parallel_for(0, p.panels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t panel = begin; panel < end; ++panel) {
       for (int64_t r = 0; r < kPanelRows && panel * kPanelRows + r < w.rows; ++r) {
         const uint8_t* row = w.row(panel * kPanelRows + r);
@@ -187,7 +187,7 @@ void run_int8_panels(const at::Tensor& xc, const Int8Panels& w, CpuIsa isa, cons
   float* d = reinterpret_cast<float*>(scratch.get() + q_bytes);
   float* s = d + m * blocks;
   const bool simd = isa >= CpuIsa::kAvx512Vnni;
-  at::parallel_for(0, m, 64, [&](int64_t begin, int64_t end) {
+  cpu::parallel_for(0, m, 64, [&](int64_t begin, int64_t end) {
     if (input.step == Int8Input::Step::kNone) {
       quantize_blocks(xc.const_data_ptr<float>() + begin * k, (end - begin) * blocks, simd,
                       q + begin * k, d + begin * blocks, s + begin * blocks);

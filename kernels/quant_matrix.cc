@@ -1,4 +1,5 @@
 #include "kernels/quant_matrix.h"
+#include "kernels/parallel_team.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -40,7 +41,7 @@ QuantMatrix concat_rows(const std::vector<QuantMatrix>& parts) {
 at::Tensor dequantize(const QuantMatrix& w) {
   at::Tensor out = at::empty({w.rows, w.cols}, at::kFloat);
   float* dst = out.data_ptr<float>();
-  at::parallel_for(0, w.rows, 16, [&](int64_t begin, int64_t end) {
+  cpu::parallel_for(0, w.rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
       dequantize_row(w.type, w.row(r), w.cols, dst + r * w.cols);
   });

@@ -10,6 +10,7 @@
 
 #include "kernels/checks.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/parallel_team.h"
 
 namespace snapserve::kernels {
 
@@ -66,7 +67,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
   auto* dst_bf16 = bf16 ? static_cast<uint16_t*>(out.data_ptr()) : nullptr;
   const bool simd = cpu_isa() >= CpuIsa::kAvx512;
   const float eps_f = static_cast<float>(eps);
-  at::parallel_for(0, m, RowGrain(n), [&](int64_t begin, int64_t end) {
+  cpu::parallel_for(0, m, RowGrain(n), [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(bf16 ? static_cast<size_t>(n) : 0);
     for (int64_t r = begin; r < end; ++r) {
       const float* row = src + r * n;
@@ -96,7 +97,7 @@ void rope_rotate_(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const float* c = cos.const_data_ptr<float>();
   const float* s = sin.const_data_ptr<float>();
   const bool simd = cpu_isa() >= CpuIsa::kAvx512;
-  at::parallel_for(0, m, RowGrain(heads * d), [&](int64_t begin, int64_t end) {
+  cpu::parallel_for(0, m, RowGrain(heads * d), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* cr = c + r * d;
       const float* sr = s + r * d;
@@ -147,7 +148,7 @@ template <typename T, typename Out>
 void SiluMulRows(const T* src, int64_t m, int64_t inter, Out* dst) {
   const CpuIsa isa = cpu_isa();
   const bool avx512_bf16 = has_avx512_bf16();
-  at::parallel_for(0, m, RowGrain(inter), [&](int64_t begin, int64_t end) {
+  cpu::parallel_for(0, m, RowGrain(inter), [&](int64_t begin, int64_t end) {
     std::vector<float> row;
     for (int64_t r = begin; r < end; ++r) {
       const T* gate = src + r * 2 * inter;

@@ -6,6 +6,7 @@
 #include "engine/model/rope.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/linear.h"
+#include "kernels/parallel_team.h"
 #include "kernels/prefill_attention.h"
 #include "kernels/prefill_gemm_amx.h"
 #include "kernels/prefill_gemm_int8.h"
@@ -503,19 +504,37 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
   at::Tensor pos = at::tensor(at::ArrayRef<int64_t>(positions), at::kLong).to(device_);
   const auto [cos, sin] = RopeCosSin(inv_freq_, pos, compute_dtype_);  // [B, D]
 
-  at::Tensor h = Embed(tokens).to(at::kFloat);  // [B, hidden], float32 residual stream
-  store.BeginDecodeStep(seqs);
-  for (int64_t i = 0; i < config_.num_layers; ++i) {
-    const LayerWeights& l = w_.layers[i];
-    at::Tensor qkv = NormedLinear(h, l.attn_norm, l.qkv).view({B, H + 2 * Hkv, D});
-    at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
-    at::Tensor attn = store.DecodeAttention(seqs, i, qk.narrow(1, 0, H), qk.narrow(1, H, Hkv),
-                                            qkv.narrow(1, H + Hkv, Hkv));  // [B, H, D]
-    AddLinear(h, attn.reshape({B, H * D}), l.o_proj);
-    AddNormedMlp(h, l);
+  at::Tensor logits;
+  const auto step = [&] {
+    at::Tensor h = Embed(tokens).to(at::kFloat);  // [B, hidden], float32 residual stream
+    store.BeginDecodeStep(seqs);
+    for (int64_t i = 0; i < config_.num_layers; ++i) {
+      const LayerWeights& l = w_.layers[i];
+      at::Tensor qkv = NormedLinear(h, l.attn_norm, l.qkv).view({B, H + 2 * Hkv, D});
+      at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
+      at::Tensor attn = store.DecodeAttention(seqs, i, qk.narrow(1, 0, H), qk.narrow(1, H, Hkv),
+                                              qkv.narrow(1, H + Hkv, Hkv));  // [B, H, D]
+      AddLinear(h, attn.reshape({B, H * D}), l.o_proj);
+      AddNormedMlp(h, l);
+    }
+    store.EndDecodeStep();
+    logits = Logits(h);
+  };
+  // ~150 short parallel loops: on one team of threads where every one of
+  // them is a snapserve kernel (kernels/parallel_team.h).
+  if (StepOnOwnKernels()) {
+    kernels::run_as_team(step);
+  } else {
+    step();
   }
-  store.EndDecodeStep();
-  return Logits(h);
+  return logits;
+}
+
+bool LlamaModel::StepOnOwnKernels() const {
+  if (!device_.is_cpu() || compute_dtype_ != at::kFloat || !w_.lm_head.quantized()) return false;
+  return std::all_of(w_.layers.begin(), w_.layers.end(), [](const LayerWeights& l) {
+    return l.qkv.quantized() && l.o_proj.quantized() && l.gate_up.quantized() && l.down.quantized();
+  });
 }
 
 }  // namespace snapserve::model

@@ -174,6 +174,11 @@ class LlamaModel {
   // Rotates the q and k heads of a fused qkv output ([rows, H + Hkv, D]);
   // cos/sin [rows, D]. Returns the rotated heads (in place on CPU float32).
   at::Tensor Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin) const;
+  // Whether every product and row-wise step of a decode step runs in
+  // snapserve's CPU kernels (all matrices GGUF blocks, float32 compute on
+  // CPU), so the step can run on one team of threads (kernels/parallel_team.h):
+  // LibTorch's own parallel loops would run on one thread there.
+  bool StepOnOwnKernels() const;
   // CPU float32 compute: the row-wise steps run as fused kernels (kernels/rowwise.h).
   bool FusedRowwise(const at::Tensor& x) const {
     return x.is_cpu() && compute_dtype_ == at::kFloat && x.scalar_type() == at::kFloat;

@@ -43,9 +43,6 @@ void parallel_dynamic(int64_t n, int64_t chunk, const Fn& fn) {
   });
 }
 
-// A chunk size giving each of the threads about `per_thread` chunks of `n`
-// items: enough to even out the threads, few enough that taking a chunk
-// (one atomic add on a shared line) stays negligible beside its work.
 // Calls fn(begin, end) over [0, n) (n < 2^31): each thread runs its own
 // contiguous share front to back, `chunk` items at a time, and a thread done
 // with its share then takes chunks from the back of the others' shares.
@@ -103,6 +100,9 @@ void parallel_shares(int64_t n, int64_t chunk, const Fn& fn) {
   });
 }
 
+// A chunk size giving each of the threads about `per_thread` chunks of `n`
+// items: enough to even out the threads, few enough that taking a chunk
+// (one atomic add on a shared line) stays negligible beside its work.
 inline int64_t chunk_for(int64_t n, int64_t per_thread = 8) {
   const int64_t threads = std::max<int64_t>(at::get_num_threads(), 1);
   return std::max<int64_t>(1, n / (threads * per_thread));

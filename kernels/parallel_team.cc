@@ -24,12 +24,16 @@ inline void cpu_relax() {
 
 // A loop posted to the team: its items, and how many have run.
 struct alignas(64) Job {
+  Job(cpu::ItemRef item, int64_t items) : item(item), items(items) {}
+
   cpu::ItemRef item;
   int64_t items;
   alignas(64) std::atomic<int64_t> done{0};
   std::atomic<bool> failed{false};
   std::exception_ptr error;  // the first item's exception, written before its done
 };
+
+void RunItem(Job& job, int64_t i);
 
 // The team's shared state. Items are claimed from one word: the job's serial
 // number (bits 40-63), its item count (bits 20-39) and the next unclaimed
@@ -45,10 +49,13 @@ class Team {
   int64_t threads() const { return threads_; }
 
   // The leader: posts the job, runs items itself, waits for the others'.
+  // It keeps item 0, so a loop's shares go to the same threads step after
+  // step (kernels/parallel_dynamic.h: item t runs share t first).
   void Run(Job& job) {
     job_.store(&job, std::memory_order_relaxed);
     serial_ = (serial_ + 1) & kSerialMask;
-    word_.store(Pack(serial_, job.items, 0), std::memory_order_release);
+    word_.store(Pack(serial_, job.items, 1), std::memory_order_release);
+    RunItem(job, 0);
     Work(serial_);
     while (job.done.load(std::memory_order_acquire) < job.items) cpu_relax();
     if (job.failed.load(std::memory_order_relaxed)) std::rethrow_exception(job.error);
@@ -172,7 +179,7 @@ int64_t team_threads() { return led_team != nullptr && !in_item ? led_team->thre
 void run_items(int64_t items, ItemRef item) {
   if (items <= 0) return;
   if (team_threads() > 0 && items <= Team::kMaxItems) {
-    Job job{item, items};
+    Job job(item, items);
     led_team->Run(job);
     return;
   }

@@ -11,20 +11,12 @@
 #include <thread>
 #include <vector>
 
+#include "tests/unit/kernels/two_threads_test_base.h"
+
 namespace snapserve::kernels::cpu {
 namespace {
 
-class ParallelDynamicTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    threads_ = at::get_num_threads();
-    at::set_num_threads(2);
-  }
-  void TearDown() override { at::set_num_threads(threads_); }
-
- private:
-  int threads_ = 1;
-};
+using ParallelDynamicTest = TwoThreadsTest;
 
 // How many times each item of [0, n) was passed to fn by `loop`
 // (parallel_dynamic or parallel_shares).

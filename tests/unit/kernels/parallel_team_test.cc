@@ -15,21 +15,12 @@
 #include <vector>
 
 #include "kernels/parallel_dynamic.h"
+#include "tests/unit/kernels/two_threads_test_base.h"
 
 namespace snapserve::kernels {
 namespace {
 
-class ParallelTeamTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    threads_ = at::get_num_threads();
-    at::set_num_threads(2);
-  }
-  void TearDown() override { at::set_num_threads(threads_); }
-
- private:
-  int threads_ = 1;
-};
+using ParallelTeamTest = TwoThreadsTest;
 
 // How many times cpu::parallel_for(0, n, grain) passed each index; a range
 // shorter than grain comes as one chunk, as from at::parallel_for.
@@ -43,6 +34,7 @@ std::vector<int> Visits(int64_t n, int64_t grain) {
   });
   if (n > 0 && n < grain) EXPECT_EQ(chunks.load(), 1);
   std::vector<int> out;
+  out.reserve(counts.size());
   for (const auto& c : counts) out.push_back(c.load());
   return out;
 }

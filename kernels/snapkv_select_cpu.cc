@@ -7,10 +7,11 @@
 // falls in a tile, and then two identical keys would no longer tie exactly, so
 // "ties keep the lower position" would depend on the matrix size. Each Q·Kᵀ
 // entry is the same mul-then-add chain over the head dimension on every path
-// (portable, AVX2 in snapkv_select_cpu_avx2.cc, CUDA in snapkv_select_cuda.cu),
-// so identical keys always get identical logits. The softmax exp and the order
-// of its denominator's sum differ between paths by a few ulp; that moves no
-// exact tie (equal logits give equal probabilities on any one path).
+// (portable; AVX2 and AVX-512 in snapkv_select_cpu_avx2.cc and _avx512.cc; CUDA
+// in snapkv_select_cuda.cu), so identical keys always get identical logits.
+// The softmax exp and the order of its denominator's sum differ between paths
+// by a few ulp; that moves no exact tie (equal logits give equal
+// probabilities on any one path).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/constant_pad_nd.h>
@@ -25,7 +26,7 @@
 
 #include "kernels/cpu_isa.h"
 #include "kernels/snapkv_select.h"
-#include "kernels/snapkv_select_cpu_avx2.h"
+#include "kernels/snapkv_select_cpu_simd.h"
 #include "kernels/snapkv_select_scores.h"
 
 namespace snapserve::kernels::detail {
@@ -66,8 +67,6 @@ void add_divided(const float* __restrict x, float divisor, float* __restrict out
 //   q:      [w, d]                    float32
 //   packed: [n_tiles, d, kTileKeys]   float32
 //   logits: [w, n_tiles * kTileKeys]  output (columns >= n are junk)
-using avx2::kTileKeys;
-
 // Rows [0, rows) by one key tile, any CPU.
 void dot_tile_portable(const float* q, const float* tile, int64_t rows, int64_t d, int64_t stride,
                        float* logits) {
@@ -84,11 +83,13 @@ void dot_tile_portable(const float* q, const float* tile, int64_t rows, int64_t 
 void window_logits(const float* q, const float* packed, int64_t w, int64_t n_tiles, int64_t d,
                    float* logits) {
   const int64_t stride = n_tiles * kTileKeys;
-  const bool simd = cpu_isa() != CpuIsa::kPortable;
+  const CpuIsa isa = cpu_isa();
   for (int64_t t = 0; t < n_tiles; ++t) {
     const float* tile = packed + t * d * kTileKeys;
     float* out = logits + t * kTileKeys;
-    if (simd) {
+    if (isa >= CpuIsa::kAvx512) {
+      avx512::dot_rows(q, tile, w, d, stride, out);
+    } else if (isa == CpuIsa::kAvx2) {
       avx2::dot_rows(q, tile, w, d, stride, out);
     } else {
       dot_tile_portable(q, tile, w, d, stride, out);

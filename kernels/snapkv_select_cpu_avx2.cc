@@ -1,6 +1,6 @@
-// AVX2 pieces of the CPU SnapKV selection; see snapkv_select_cpu_avx2.h and,
+// AVX2 pieces of the CPU SnapKV selection; see snapkv_select_cpu_simd.h and,
 // for the order of operations they must keep, snapkv_select_cpu.cc.
-#include "kernels/snapkv_select_cpu_avx2.h"
+#include "kernels/snapkv_select_cpu_simd.h"
 
 #include "kernels/exp_avx2.h"
 

@@ -21,6 +21,7 @@
 #include "kernels/paged_attention_cpu_block.h"
 #include "kernels/parallel_dynamic.h"
 #include "kernels/prefetch.h"
+#include "kernels/thread_scratch.h"
 
 namespace snapserve::kernels::cpu {
 
@@ -146,6 +147,11 @@ int64_t spans_of(int64_t blocks, int64_t span_blocks) {
 // head_dim], then max and sum [group] each, in one scratch row.
 int64_t span_state_floats(int64_t group, int64_t head_dim) { return group * (head_dim + 2); }
 
+// Thread scratch slots (kernels/thread_scratch.h): the calling thread's span
+// states, and each thread's working rows, alive at once on the caller.
+constexpr int kSpanStatesSlot = 0;
+constexpr int kSpanRowsSlot = 1;
+
 // Writes the lane's output from its spans' states: out = sum_p acc_p e^(m_p
 // - M) / sum_p sum_p e^(m_p - M), M the largest max, spans in order.
 template <typename Q>
@@ -209,38 +215,57 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
   // lane's first.
   const int64_t lanes = batch * num_kv_heads;
   const int64_t span_blocks = std::max<int64_t>(1, kSpanKeys / block_size);
-  std::vector<int64_t> first_item(lanes + 1, 0);
+  // The spans' bookkeeping and states in the calling thread's scratch, and
+  // each thread's working rows in its own (kernels/thread_scratch.h): a
+  // batch-1 step calls this 30 times, and its heap allocations and frees
+  // ran on the leading thread while the others waited.
+  const int64_t state_floats = span_state_floats(group, head_dim);
+  int64_t items = 0;
+  for (int64_t lane = 0; lane < lanes; ++lane) {
+    items += spans_of((lens[lane / num_kv_heads] + block_size - 1) / block_size, span_blocks);
+  }
+  const int64_t index_bytes = ((lanes + 1) * int64_t{sizeof(int64_t)} + 63) / 64 * 64;
+  const ThreadScratch bookkeeping(kSpanStatesSlot,
+                                  index_bytes + items * state_floats * int64_t{sizeof(float)});
+  auto* first_item = reinterpret_cast<int64_t*>(bookkeeping.get());
+  auto* states = reinterpret_cast<float*>(bookkeeping.get() + index_bytes);
+  first_item[0] = 0;
   for (int64_t lane = 0; lane < lanes; ++lane) {
     const int64_t blocks = (lens[lane / num_kv_heads] + block_size - 1) / block_size;
     first_item[lane + 1] = first_item[lane] + spans_of(blocks, span_blocks);
   }
-  const int64_t items = first_item[lanes];
-  const int64_t state_floats = span_state_floats(group, head_dim);
-  std::vector<float> states(items * state_floats);
 
+  const int64_t row_floats = widen ? block_size * head_dim : 0;
+  const int64_t score_floats = score_scratch(block_size, group);
   parallel_shares(items, 1, [&](int64_t begin, int64_t end) {
-    // Per-thread scratch, reused across the spans it takes.
-    std::vector<float> qf(group * head_dim);
-    std::vector<float> scores(score_scratch(block_size, group));
-    std::vector<float> kbuf(widen ? block_size * head_dim : 0);
-    std::vector<float> vbuf(widen ? block_size * head_dim : 0);
+    // This thread's rows, reused across the spans it takes: the scaled
+    // query heads, the scores and (a 16-bit or int8 cache read portably)
+    // the widened K and V rows. Each starts on a cache line.
+    const auto lines = [](int64_t floats) { return (floats + 15) / 16 * 16; };
+    const ThreadScratch rows(
+        kSpanRowsSlot, (lines(group * head_dim) + lines(score_floats) + 2 * lines(row_floats)) *
+                           int64_t{sizeof(float)});
+    float* const qf = reinterpret_cast<float*>(rows.get());
+    float* const scores = qf + lines(group * head_dim);
+    float* const kbuf = scores + lines(score_floats);
+    float* const vbuf = kbuf + lines(row_floats);
 
     for (int64_t item = begin; item < end; ++item) {
       const int64_t lane =
-          std::upper_bound(first_item.begin(), first_item.end(), item) - first_item.begin() - 1;
+          std::upper_bound(first_item, first_item + lanes + 1, item) - first_item - 1;
       const int64_t b = lane / num_kv_heads;
       const int64_t g = lane % num_kv_heads;
       const int64_t ctx = lens[b];
       const Q* qb = q_ptr + (b * num_heads + g * group) * head_dim;
       for (int64_t i = 0; i < group * head_dim; ++i) qf[i] = static_cast<float>(qb[i]) * scale;
-      float* state = states.data() + item * state_floats;
+      float* state = states + item * state_floats;
       float* acc = state;
       float* run_max = state + group * head_dim;
       float* run_sum = run_max + group;
       std::fill(acc, acc + group * head_dim, 0.f);
       std::fill(run_max, run_max + group, -std::numeric_limits<float>::infinity());
       std::fill(run_sum, run_sum + group, 0.f);
-      const HeadGroup hg{qf.data(), acc, run_max, run_sum, group, head_dim};
+      const HeadGroup hg{qf, acc, run_max, run_sum, group, head_dim};
 
       const int64_t num_blocks = (ctx + block_size - 1) / block_size;
       const int64_t first_blk = (item - first_item[lane]) * span_blocks;
@@ -260,7 +285,7 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
           next_v = v_ptr + ahead;
         }
         if constexpr (kIsFloat) {
-          fold(hg, k_ptr + offset, v_ptr + offset, n, scores.data(), next_k, next_v);
+          fold(hg, k_ptr + offset, v_ptr + offset, n, scores, next_k, next_v);
         } else if constexpr (kIsInt8) {
           const float* ks = k_scales + offset / 16;
           const float* vs = v_scales + offset / 16;
@@ -273,21 +298,21 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
             prefetch_lines(v_scales + next / 16, bytes);
           }
           if (int8_in_place) {
-            fold_group_int8_avx512(hg, k_ptr + offset, ks, v_ptr + offset, vs, n, scores.data(),
-                                   next_k, next_v);
+            fold_group_int8_avx512(hg, k_ptr + offset, ks, v_ptr + offset, vs, n, scores, next_k,
+                                   next_v);
           } else {
-            widen_int8(k_ptr + offset, ks, n * head_dim, kbuf.data());
-            widen_int8(v_ptr + offset, vs, n * head_dim, vbuf.data());
-            fold(hg, kbuf.data(), vbuf.data(), n, scores.data(), nullptr, nullptr);
+            widen_int8(k_ptr + offset, ks, n * head_dim, kbuf);
+            widen_int8(v_ptr + offset, vs, n * head_dim, vbuf);
+            fold(hg, kbuf, vbuf, n, scores, nullptr, nullptr);
           }
         } else if (!widen) {
           auto bits = [](const T* p) { return reinterpret_cast<const uint16_t*>(p); };
-          fold16(hg, bits(k_ptr + offset), bits(v_ptr + offset), n, scores.data(), bits(next_k),
+          fold16(hg, bits(k_ptr + offset), bits(v_ptr + offset), n, scores, bits(next_k),
                  bits(next_v));
         } else {
-          widen_portable<T>(k_ptr + offset, n * head_dim, kbuf.data());
-          widen_portable<T>(v_ptr + offset, n * head_dim, vbuf.data());
-          fold(hg, kbuf.data(), vbuf.data(), n, scores.data(), nullptr, nullptr);
+          widen_portable<T>(k_ptr + offset, n * head_dim, kbuf);
+          widen_portable<T>(v_ptr + offset, n * head_dim, vbuf);
+          fold(hg, kbuf, vbuf, n, scores, nullptr, nullptr);
         }
       }
     }
@@ -298,9 +323,8 @@ void run(const at::Tensor& q, const at::Tensor& key_cache, const at::Tensor& val
   parallel_for(0, lanes, 16, [&](int64_t begin, int64_t end) {
     for (int64_t lane = begin; lane < end; ++lane) {
       const int64_t b = lane / num_kv_heads, g = lane % num_kv_heads;
-      merge_spans(states.data() + first_item[lane] * state_floats,
-                  first_item[lane + 1] - first_item[lane], group, head_dim,
-                  out_ptr + (b * num_heads + g * group) * head_dim);
+      merge_spans(states + first_item[lane] * state_floats, first_item[lane + 1] - first_item[lane],
+                  group, head_dim, out_ptr + (b * num_heads + g * group) * head_dim);
     }
   });
 }

@@ -234,6 +234,12 @@ void check_activations(const at::Tensor& x, const Int8Panels& w, const Int8Input
   }
 }
 
+void check_output(const at::Tensor& out, const at::Tensor& x, const Int8Panels& w) {
+  check_shape(out, "out", {x.size(0), w.n});
+  TORCH_CHECK(out.scalar_type() == at::kFloat && out.is_cpu() && out.is_contiguous(),
+              "out: expected a contiguous float32 CPU tensor");
+}
+
 }  // namespace
 
 at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa isa,
@@ -245,12 +251,17 @@ at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa i
   return out;
 }
 
+void linear_int8_panels_out(at::Tensor& out, const at::Tensor& x, const Int8Panels& w, CpuIsa isa,
+                            const Int8Input& input) {
+  check_activations(x, w, input);
+  check_output(out, x, w);
+  run_int8_panels(x.contiguous(), w, isa, input, out.data_ptr<float>(), /*accumulate=*/false);
+}
+
 void linear_int8_panels_add_(at::Tensor& out, const at::Tensor& x, const Int8Panels& w, CpuIsa isa,
                              const Int8Input& input) {
   check_activations(x, w, input);
-  check_shape(out, "out", {x.size(0), w.n});
-  TORCH_CHECK(out.scalar_type() == at::kFloat && out.is_cpu() && out.is_contiguous(),
-              "out: expected a contiguous float32 CPU tensor");
+  check_output(out, x, w);
   run_int8_panels(x.contiguous(), w, isa, input, out.data_ptr<float>(), /*accumulate=*/true);
 }
 

@@ -92,6 +92,12 @@ struct Int8Input {
 at::Tensor linear_int8_panels(const at::Tensor& x, const Int8Panels& w, CpuIsa isa = cpu_isa(),
                               const Int8Input& input = {});
 
+// linear_int8_panels written into out ([m, n] float32, contiguous, CPU):
+// the same bits without allocating the result (a decode step reuses one
+// buffer for every layer's qkv and gate_up products).
+void linear_int8_panels_out(at::Tensor& out, const at::Tensor& x, const Int8Panels& w,
+                            CpuIsa isa = cpu_isa(), const Int8Input& input = {});
+
 // out += x · wᵀ in place (out [m, n] float32, contiguous, CPU): the bits of
 // out.add_(linear_int8_panels(x, w)), each output's finished sum added once,
 // without the intermediate tensor and the separate add (a decode step's

@@ -35,6 +35,7 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType 
     l.mlp_norm = l.mlp_norm.to(compute_dtype_);
   }
   w_.final_norm = w_.final_norm.to(compute_dtype_);
+  step_on_own_kernels_ = StepOnOwnKernels();
 }
 
 namespace {
@@ -286,7 +287,8 @@ at::Tensor LlamaModel::NormedLinear(const at::Tensor& h, const at::Tensor& norm,
   return Linear(RmsNorm(h, norm, &w), w);
 }
 
-void LlamaModel::AddNormedMlp(at::Tensor& h, const LayerWeights& l) const {
+void LlamaModel::AddNormedMlp(at::Tensor& h, const LayerWeights& l,
+                              at::Tensor* gate_up_buffer) const {
   if (MlpInOnePass(h, l)) {
     kernels::mlp_amx_add_(h, h, l.gate_up.prefill_amx, l.down.prefill_amx,
                           {&l.mlp_norm, config_.rms_norm_eps});
@@ -297,9 +299,17 @@ void LlamaModel::AddNormedMlp(at::Tensor& h, const LayerWeights& l) const {
   const kernels::Int8Panels* gate_up = SinglePanels(h, l.gate_up);
   const kernels::Int8Panels* down = SinglePanels(h, l.down);
   if (gate_up != nullptr && down != nullptr && h.is_contiguous()) {
-    const at::Tensor product =
-        kernels::linear_int8_panels(h, *gate_up, kernels::cpu_isa(),
-                                    kernels::Int8Input::rms_norm(l.mlp_norm, config_.rms_norm_eps));
+    const kernels::Int8Input norm = kernels::Int8Input::rms_norm(l.mlp_norm, config_.rms_norm_eps);
+    at::Tensor product;
+    if (gate_up_buffer != nullptr) {
+      if (!gate_up_buffer->defined()) {
+        *gate_up_buffer = at::empty({h.size(0), gate_up->n}, h.options());
+      }
+      kernels::linear_int8_panels_out(*gate_up_buffer, h, *gate_up, kernels::cpu_isa(), norm);
+      product = *gate_up_buffer;
+    } else {
+      product = kernels::linear_int8_panels(h, *gate_up, kernels::cpu_isa(), norm);
+    }
     kernels::linear_int8_panels_add_(h, product, *down, kernels::cpu_isa(),
                                      kernels::Int8Input::silu_mul());
     return;
@@ -499,7 +509,7 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
   const int64_t B = static_cast<int64_t>(seqs.size());
   TORCH_CHECK(B > 0 && tokens.size() == seqs.size() && positions.size() == seqs.size(),
               "Decode: seqs, tokens and positions must have the same non-zero size");
-  const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, D = config_.head_dim;
+  const int64_t H = config_.num_heads, D = config_.head_dim;
 
   at::Tensor pos = at::tensor(at::ArrayRef<int64_t>(positions), at::kLong).to(device_);
   const auto [cos, sin] = RopeCosSin(inv_freq_, pos, compute_dtype_);  // [B, D]
@@ -508,26 +518,57 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
   const auto step = [&] {
     at::Tensor h = Embed(tokens).to(at::kFloat);  // [B, hidden], float32 residual stream
     store.BeginDecodeStep(seqs);
+    // The products on int8 panels write into buffers made once per step,
+    // and the q, k and v views of the qkv buffer are made once too: each
+    // LibTorch allocation or view costs about a microsecond on the leading
+    // thread while the team's other threads wait, and a batch-1 step had
+    // ~10 per layer (docs/quantized-weights.md, "A decode step's buffers").
+    DecodeBuffers buffers;
     for (int64_t i = 0; i < config_.num_layers; ++i) {
       const LayerWeights& l = w_.layers[i];
-      at::Tensor qkv = NormedLinear(h, l.attn_norm, l.qkv).view({B, H + 2 * Hkv, D});
-      at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
-      at::Tensor attn = store.DecodeAttention(seqs, i, qk.narrow(1, 0, H), qk.narrow(1, H, Hkv),
-                                              qkv.narrow(1, H + Hkv, Hkv));  // [B, H, D]
+      const QkvHeads heads = DecodeQkv(h, l, buffers, cos, sin);
+      at::Tensor attn = store.DecodeAttention(seqs, i, heads.q, heads.k, heads.v);  // [B, H, D]
       AddLinear(h, attn.reshape({B, H * D}), l.o_proj);
-      AddNormedMlp(h, l);
+      AddNormedMlp(h, l, &buffers.gate_up);
     }
     store.EndDecodeStep();
     logits = Logits(h);
   };
   // ~150 short parallel loops: on one team of threads where every one of
   // them is a snapserve kernel (kernels/parallel_team.h).
-  if (StepOnOwnKernels()) {
+  if (step_on_own_kernels_) {
     kernels::run_as_team(step);
   } else {
     step();
   }
   return logits;
+}
+
+LlamaModel::QkvHeads LlamaModel::DecodeQkv(const at::Tensor& h, const LayerWeights& l,
+                                           DecodeBuffers& buffers, const at::Tensor& cos,
+                                           const at::Tensor& sin) const {
+  const int64_t B = h.size(0), H = config_.num_heads, Hkv = config_.num_kv_heads;
+  const int64_t D = config_.head_dim;
+  const auto split = [&](const at::Tensor& qkv, const at::Tensor& qk) {
+    return QkvHeads{qk.narrow(1, 0, H), qk.narrow(1, H, Hkv), qkv.narrow(1, H + Hkv, Hkv)};
+  };
+  if (const kernels::Int8Panels* panels = SinglePanels(h, l.qkv)) {
+    if (!buffers.qkv.defined()) {
+      buffers.qkv = at::empty({B, panels->n}, h.options());
+      const at::Tensor qkv = buffers.qkv.view({B, H + 2 * Hkv, D});
+      buffers.qk = qkv.narrow(1, 0, H + Hkv);
+      buffers.heads = split(qkv, buffers.qk);
+    }
+    kernels::linear_int8_panels_out(
+        buffers.qkv, h, *panels, kernels::cpu_isa(),
+        kernels::Int8Input::rms_norm(l.attn_norm, config_.rms_norm_eps));
+    // RoPE rotates CPU float32 rows in place: the views stay the heads.
+    const at::Tensor qk = Rope(buffers.qk, cos, sin);
+    if (qk.is_same(buffers.qk)) return buffers.heads;
+    return split(buffers.qkv.view({B, H + 2 * Hkv, D}), qk);
+  }
+  const at::Tensor qkv = NormedLinear(h, l.attn_norm, l.qkv).view({B, H + 2 * Hkv, D});
+  return split(qkv, Rope(qkv.narrow(1, 0, H + Hkv), cos, sin));
 }
 
 bool LlamaModel::StepOnOwnKernels() const {

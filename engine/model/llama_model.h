@@ -170,7 +170,27 @@ class LlamaModel {
   // Int8Input): the same bits without the norm's and the gate's own passes
   // over the rows.
   at::Tensor NormedLinear(const at::Tensor& h, const at::Tensor& norm, const LinearWeight& w) const;
-  void AddNormedMlp(at::Tensor& h, const LayerWeights& l) const;
+  // gate_up_buffer: where gate_up's product on int8 panels goes, allocated
+  // on first use ([rows, 2 * intermediate]) and reused by later calls with
+  // as many rows (a decode step's layers); nullptr: a tensor per call.
+  void AddNormedMlp(at::Tensor& h, const LayerWeights& l,
+                    at::Tensor* gate_up_buffer = nullptr) const;
+  // A decode step's rotated q [B, H, D], k and v [B, Hkv, D] of one layer.
+  struct QkvHeads {
+    at::Tensor q, k, v;
+  };
+  // What a decode step's layers reuse (Decode): the qkv and gate_up
+  // products on int8 panels, and the views of the qkv buffer.
+  struct DecodeBuffers {
+    at::Tensor qkv;  // [B, (H + 2 Hkv) D]
+    at::Tensor qk;   // [B, H + Hkv, D], a view of qkv
+    QkvHeads heads;  // views of qkv
+    at::Tensor gate_up;
+  };
+  // The layer's qkv product of the residual rows h, RoPE applied: into
+  // `buffers` where l.qkv has int8 panels for h's rows, else new tensors.
+  QkvHeads DecodeQkv(const at::Tensor& h, const LayerWeights& l, DecodeBuffers& buffers,
+                     const at::Tensor& cos, const at::Tensor& sin) const;
   // Rotates the q and k heads of a fused qkv output ([rows, H + Hkv, D]);
   // cos/sin [rows, D]. Returns the rotated heads (in place on CPU float32).
   at::Tensor Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin) const;
@@ -212,6 +232,7 @@ class LlamaModel {
   kernels::PrefillGemm float_prefill_gemm() const;
 
   kernels::PrefillGemm prefill_gemm_ = kernels::PrefillGemm::kFloat32;
+  bool step_on_own_kernels_ = false;  // StepOnOwnKernels(), fixed at load
   int64_t repacked_bytes_ = 0;
 };
 

@@ -81,6 +81,38 @@ def test_int8_prompt_gemm_vs_float64_reference(torch_ops, qtype):
 
 
 @pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
+def test_int8_panels_into_a_buffer_equal_a_new_tensor(torch_ops, qtype):
+    """linear_int8_panels_out (a decode step's reused qkv buffer) writes every
+    output with the bits of the allocating call, whatever the buffer held
+    (NaN, or an earlier layer's product: nothing is added to it), and refuses
+    a buffer of the wrong shape or layout."""
+    rows, bpr = 41, 18
+    data, k = _random_blocks(qtype, rows=rows, blocks_per_row=bpr, seed=900 + int(qtype))
+    blocks = torch.from_numpy(data.copy())
+    gen = torch.Generator().manual_seed(90)
+    norm_weight = torch.rand(k, generator=gen) + 0.5
+    for m in (1, 3, 70):
+        buffer = torch.full((m, rows), float("nan"))
+        for layer in range(2):
+            x = torch.randn(m, k, generator=gen) * 3
+            for isa in ("widest", "portable"):
+                want = torch_ops.linear_int8_panels_normed(x, norm_weight, 1e-5, blocks,
+                                                           int(qtype), k, isa, False)
+                got = torch_ops.linear_int8_panels_normed_out(buffer, x, norm_weight, 1e-5,
+                                                              blocks, int(qtype), k, isa, False)
+                assert got.data_ptr() == buffer.data_ptr()
+                assert torch.equal(got, want), f"m={m} layer={layer} {isa}"
+    with pytest.raises(RuntimeError, match="out"):
+        torch_ops.linear_int8_panels_normed_out(torch.zeros(3, rows + 1), torch.zeros(3, k),
+                                                norm_weight, 1e-5, blocks, int(qtype), k,
+                                                "widest", False)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        torch_ops.linear_int8_panels_normed_out(torch.zeros(rows, 3).t(), torch.zeros(3, k),
+                                                norm_weight, 1e-5, blocks, int(qtype), k,
+                                                "widest", False)
+
+
+@pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
 def test_int8_panels_add_in_place_equals_torch_add(torch_ops, qtype):
     """out += x · wᵀ in the kernel's store gives the bits of torch's
     out + linear_int8_panels(x): one float add of the finished sum, on both

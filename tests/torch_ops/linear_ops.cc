@@ -63,6 +63,17 @@ at::Tensor LinearInt8PanelsAdd(at::Tensor out, const at::Tensor& x, const at::Te
   return out;
 }
 
+// The normed int8 GEMM (below) written into out (linear_int8_panels_out,
+// as a decode step's qkv buffer); returns out.
+at::Tensor LinearInt8PanelsNormedOut(at::Tensor out, const at::Tensor& x,
+                                     const at::Tensor& norm_weight, double eps,
+                                     const at::Tensor& blocks, int64_t ggml_type, int64_t cols,
+                                     const std::string& isa, bool nibbles) {
+  linear_int8_panels_out(out, x, PanelsOf(blocks, ggml_type, cols, nibbles), IsaOf(isa),
+                         Int8Input::rms_norm(norm_weight, eps));
+  return out;
+}
+
 // The int8 GEMM with the row-wise step before it taken in its quantization
 // (Int8Input): the product of RMSNorm(x) · norm_weight, and out += the
 // product of silu_mul(gate_up) in place (returns out).
@@ -137,6 +148,10 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
       "linear_int8_panels_normed(Tensor x, Tensor norm_weight, float eps, Tensor blocks, "
       "int ggml_type, int cols, str isa, bool nibbles) -> Tensor",
       &snapserve::kernels::LinearInt8PanelsNormed);
+  m.def(
+      "linear_int8_panels_normed_out(Tensor(a!) out, Tensor x, Tensor norm_weight, float eps, "
+      "Tensor blocks, int ggml_type, int cols, str isa, bool nibbles) -> Tensor(a!)",
+      &snapserve::kernels::LinearInt8PanelsNormedOut);
   m.def(
       "linear_int8_panels_silu_add_(Tensor(a!) out, Tensor gate_up, Tensor blocks, int ggml_type, "
       "int cols, str isa, bool nibbles) -> Tensor(a!)",

@@ -512,7 +512,11 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
   const int64_t H = config_.num_heads, D = config_.head_dim;
 
   at::Tensor pos = at::tensor(at::ArrayRef<int64_t>(positions), at::kLong).to(device_);
-  const auto [cos, sin] = RopeCosSin(inv_freq_, pos, compute_dtype_);  // [B, D]
+  // [B, D] each. Named references, not a structured binding: Debian 12's
+  // clang (clang-tidy's) cannot capture a binding in the step's lambda.
+  const std::pair<at::Tensor, at::Tensor> rope = RopeCosSin(inv_freq_, pos, compute_dtype_);
+  const at::Tensor& cos = rope.first;
+  const at::Tensor& sin = rope.second;
 
   at::Tensor logits;
   const auto step = [&] {

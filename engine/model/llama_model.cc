@@ -566,10 +566,11 @@ LlamaModel::QkvHeads LlamaModel::DecodeQkv(const at::Tensor& h, const LayerWeigh
     kernels::linear_int8_panels_out(
         buffers.qkv, h, *panels, kernels::cpu_isa(),
         kernels::Int8Input::rms_norm(l.attn_norm, config_.rms_norm_eps));
-    // RoPE rotates CPU float32 rows in place: the views stay the heads.
+    // Panels mean CPU float32 rows (SinglePanels), which RoPE rotates in
+    // place: the views stay the heads.
     const at::Tensor qk = Rope(buffers.qk, cos, sin);
-    if (qk.is_same(buffers.qk)) return buffers.heads;
-    return split(buffers.qkv.view({B, H + 2 * Hkv, D}), qk);
+    TORCH_INTERNAL_ASSERT(qk.is_same(buffers.qk), "DecodeQkv: RoPE did not rotate in place");
+    return buffers.heads;
   }
   const at::Tensor qkv = NormedLinear(h, l.attn_norm, l.qkv).view({B, H + 2 * Hkv, D});
   return split(qkv, Rope(qkv.narrow(1, 0, H + Hkv), cos, sin));

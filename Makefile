@@ -14,7 +14,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUILD_DIR ?= $(BUILD_DIR)/fuzz
 FUZZ_TARGETS ?= $(patsubst $(ROOT)/tests/fuzz/%_fuzzer.cc,%,$(wildcard $(ROOT)/tests/fuzz/*_fuzzer.cc))
 
-.PHONY: all setup configure build run test test-unit test-python model bench fuzz image image-test test-sanitize format lint clean help
+.PHONY: all setup configure build run test readme-flags test-unit test-python model bench fuzz image image-test test-sanitize format lint clean help
 
 all: build
 
@@ -28,6 +28,7 @@ help:
 	@echo "make test-sanitize  the server built with ASan+UBSan under the end-to-end tests"
 	@echo "make image   build the container image with buildah on a Debian base (IMAGE_BASE=cuda: NVIDIA's)"
 	@echo "make image-test  run the image with podman; probe health, one Generate and /metrics"
+	@echo "make readme-flags  regenerate README.md's flag table from snapserve --help=markdown"
 	@echo "make format   clang-format every C++ source"
 	@echo "make lint     clang-tidy every C++ source"
 	@echo "make clean    remove the build directory"
@@ -56,6 +57,11 @@ run: build
 test: build
 	@bash scripts/setup.sh kvpress
 	$(MAKE) --no-print-directory test-unit test-python
+
+# README.md's flag table from the binary (scripts/readme_flags.py;
+# tests/python/test_readme_flags.py fails while they differ).
+readme-flags: build
+	$(PY) scripts/readme_flags.py --write --binary $(BUILD_DIR)/server/snapserve
 
 test-unit:
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

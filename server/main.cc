@@ -127,6 +127,7 @@ int Run(const ServerConfig& config) {
             {"auth", auth != nullptr}});
 
   LogEvent("info", "model_loading", {{"model", config.engine.model_path}});
+  LogEvent("info", "precision", {{"message", config.precision_summary}});
   const auto load_start = std::chrono::steady_clock::now();
   auto engine = engine::Engine::Create(config.engine, [](const std::string& line) {
     LogEvent("info", "model_loading_progress", {{"message", line}});

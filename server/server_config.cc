@@ -18,7 +18,14 @@ struct FlagSpec {
   const char* name;
   const char* help;
   std::function<std::string(ServerConfig&, const std::string&)> set;
+  // The value in --help's "default" column, from a default-constructed config.
   std::function<std::string(const ServerConfig&)> show;
+};
+
+// Flags under one heading of --help and of the README's table.
+struct FlagGroup {
+  const char* title;
+  std::vector<FlagSpec> flags;
 };
 
 template <typename Int>
@@ -77,257 +84,294 @@ std::string SetParsed(std::optional<T>& field, StatusOr<T> parsed) {
   return error;
 }
 
+// What --help shows as the default of a setting the preset chooses.
+constexpr const char* kFromPreset = "from --precision";
+
+template <typename T>
+std::string ShowOverride(const std::optional<T>& value, const char* (*name)(T)) {
+  return value ? std::string(name(*value)) : std::string(kFromPreset);
+}
+
 std::string EnvName(const std::string& flag) {
   std::string env = "SNAPSERVE_";
   for (char c : flag) env += c == '-' ? '_' : static_cast<char>(std::toupper(c));
   return env;
 }
 
-const std::vector<FlagSpec>& Flags() {
-  static const std::vector<FlagSpec> flags = {
-      {"host", "address to listen on for gRPC",
-       [](ServerConfig& c, const std::string& v) {
-         return v.empty() ? "must not be empty" : (c.host = v, "");
-       },
-       [](const ServerConfig& c) { return c.host; }},
-      {"port", "gRPC port",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.port, v, 0, 65535); },
-       [](const ServerConfig& c) { return std::to_string(c.port); }},
-      {"metrics-host", "address to listen on for /metrics (default: the --host value)",
-       [](ServerConfig& c, const std::string& v) {
-         return v.empty() ? "must not be empty" : (c.metrics_host = v, "");
-       },
-       [](const ServerConfig& c) { return c.metrics_host.empty() ? c.host : c.metrics_host; }},
-      {"metrics-port", "Prometheus /metrics port (0: off)",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.metrics_port, v, 0, 65535); },
-       [](const ServerConfig& c) { return std::to_string(c.metrics_port); }},
-      {"max-message-bytes", "largest gRPC message accepted or sent (bytes, or 16MiB)",
-       [](ServerConfig& c, const std::string& v) {
-         const int64_t b = ParseByteSize(v);
-         if (b < 1024 || b > (int64_t{1} << 31) - 1)
-           return std::string("expected a size in [1KiB, 2GiB), got '") + Bounded(v) + "'";
-         c.max_message_bytes = b;
-         return std::string();
-       },
-       [](const ServerConfig& c) { return std::to_string(c.max_message_bytes); }},
-      {"tls-cert", "PEM server certificate (with --tls-key enables TLS)",
-       [](ServerConfig& c, const std::string& v) { return c.tls_cert = v, ""; },
-       [](const ServerConfig& c) { return c.tls_cert; }},
-      {"tls-key", "PEM private key of --tls-cert",
-       [](ServerConfig& c, const std::string& v) { return c.tls_key = v, ""; },
-       [](const ServerConfig& c) { return c.tls_key; }},
-      {"tls-client-ca",
-       "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)",
-       [](ServerConfig& c, const std::string& v) { return c.tls_client_ca = v, ""; },
-       [](const ServerConfig& c) { return c.tls_client_ca; }},
-      {"auth-token-file",
-       "file holding one bearer token; every Generation call must then send metadata "
-       "'authorization: Bearer <token>' (health checks stay open)",
-       [](ServerConfig& c, const std::string& v) {
-         return v.empty() ? "must not be empty" : (c.auth_token_file = v, "");
-       },
-       [](const ServerConfig& c) { return c.auth_token_file; }},
-      {"shutdown-grace", "seconds SIGTERM waits for in-flight requests before exiting",
-       [](ServerConfig& c, const std::string& v) {
-         char* end = nullptr;
-         const double x = std::strtod(v.c_str(), &end);
-         if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0 || x > 86400)
-           return std::string("expected seconds in [0, 86400], got '") + Bounded(v) + "'";
-         c.shutdown_grace_s = x;
-         return std::string();
-       },
-       [](const ServerConfig& c) {
-         std::ostringstream o;
-         o << c.shutdown_grace_s;
-         return o.str();
+const std::vector<FlagGroup>& FlagGroups() {
+  static const std::vector<FlagGroup> groups = {
+      {"Model and hardware",
+       {
+           {"model", "model to serve: a .gguf file or a Hugging Face directory",
+            [](ServerConfig& c, const std::string& v) { return c.engine.model_path = v, ""; },
+            [](const ServerConfig& c) { return c.engine.model_path; }},
+           {"model-id", "name reported by GetModelInfo (default: the model file name)",
+            [](ServerConfig& c, const std::string& v) { return c.engine.model_id = v, ""; },
+            [](const ServerConfig& c) { return c.engine.model_id; }},
+           {"device", "cpu|cuda|cuda:N",
+            [](ServerConfig& c, const std::string& v) {
+              return SetParsed(c.engine.device, ParseDevice(v));
+            },
+            [](const ServerConfig& c) { return engine::device_name(c.engine.device); }},
+           {"dtype",
+            "model dtype: float32 | bfloat16 | float16 (on CPU, bfloat16 rounds the weights only)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetParsed(c.precision_overrides.dtype, ParseDtype(v));
+            },
+            [](const ServerConfig& c) {
+              return c.precision_overrides.dtype ? engine::dtype_name(*c.precision_overrides.dtype)
+                                                 : "float32 (CUDA: bfloat16 unless exact)";
+            }},
+           {"precision",
+            "kernel paths: auto (the fastest this hardware has) | exact (float32, transformers' "
+            "numbers) | int8 | bf16",
+            [](ServerConfig& c, const std::string& v) {
+              return SetParsed(c.precision, ParsePrecision(v));
+            },
+            [](const ServerConfig& c) { return std::string(engine::precision_name(c.precision)); }},
+           {"threads", "CPU threads for compute (0: all cores)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.threads, v, 0, 4096);
+            },
+            [](const ServerConfig& c) { return std::to_string(c.engine.threads); }},
        }},
-      {"model", "model to serve: a .gguf file or a Hugging Face directory",
-       [](ServerConfig& c, const std::string& v) { return c.engine.model_path = v, ""; },
-       [](const ServerConfig& c) { return c.engine.model_path; }},
-      {"model-id", "name reported by GetModelInfo (default: the model file name)",
-       [](ServerConfig& c, const std::string& v) { return c.engine.model_id = v, ""; },
-       [](const ServerConfig& c) { return c.engine.model_id; }},
-      {"dtype", "model dtype (CPU bfloat16: weight-only): float32|bfloat16|float16",
-       [](ServerConfig& c, const std::string& v) {
-         return SetParsed(c.engine.dtype, ParseDtype(v));
-       },
-       [](const ServerConfig& c) { return std::string(engine::dtype_name(c.engine.dtype)); }},
-      {"kv-cache-dtype",
-       "KV cache entries: float32|bfloat16|float16|int8 (default: the model dtype; bfloat16 "
-       "halves the bytes a decode step reads, int8 (CPU) keeps 16 values and a float32 scale "
-       "in 20 bytes)",
-       [](ServerConfig& c, const std::string& v) {
-         return SetParsed(c.engine.kv_cache_dtype, ParseKvCacheDtype(v));
-       },
-       [](const ServerConfig& c) {
-         return std::string(engine::dtype_name(
-             c.engine.kv_cache_dtype.value_or(engine::default_kv_cache_dtype(c.engine.dtype))));
+      {"Network and security",
+       {
+           {"host", "address to listen on for gRPC",
+            [](ServerConfig& c, const std::string& v) {
+              return v.empty() ? "must not be empty" : (c.host = v, "");
+            },
+            [](const ServerConfig& c) { return c.host; }},
+           {"port", "gRPC port",
+            [](ServerConfig& c, const std::string& v) { return SetInt(c.port, v, 0, 65535); },
+            [](const ServerConfig& c) { return std::to_string(c.port); }},
+           {"metrics-host", "address to listen on for /metrics (default: the --host value)",
+            [](ServerConfig& c, const std::string& v) {
+              return v.empty() ? "must not be empty" : (c.metrics_host = v, "");
+            },
+            [](const ServerConfig& c) { return c.metrics_host.empty() ? c.host : c.metrics_host; }},
+           {"metrics-port", "Prometheus /metrics port (0: off)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.metrics_port, v, 0, 65535);
+            },
+            [](const ServerConfig& c) { return std::to_string(c.metrics_port); }},
+           {"max-message-bytes", "largest gRPC message accepted or sent (bytes, or 16MiB)",
+            [](ServerConfig& c, const std::string& v) {
+              const int64_t b = ParseByteSize(v);
+              if (b < 1024 || b > (int64_t{1} << 31) - 1)
+                return std::string("expected a size in [1KiB, 2GiB), got '") + Bounded(v) + "'";
+              c.max_message_bytes = b;
+              return std::string();
+            },
+            [](const ServerConfig& c) { return std::to_string(c.max_message_bytes); }},
+           {"tls-cert", "PEM server certificate (with --tls-key enables TLS)",
+            [](ServerConfig& c, const std::string& v) { return c.tls_cert = v, ""; },
+            [](const ServerConfig& c) { return c.tls_cert; }},
+           {"tls-key", "PEM private key of --tls-cert",
+            [](ServerConfig& c, const std::string& v) { return c.tls_key = v, ""; },
+            [](const ServerConfig& c) { return c.tls_key; }},
+           {"tls-client-ca",
+            "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)",
+            [](ServerConfig& c, const std::string& v) { return c.tls_client_ca = v, ""; },
+            [](const ServerConfig& c) { return c.tls_client_ca; }},
+           {"auth-token-file",
+            "file holding one bearer token; every Generation call must then send metadata "
+            "'authorization: Bearer <token>' (health checks stay open)",
+            [](ServerConfig& c, const std::string& v) {
+              return v.empty() ? "must not be empty" : (c.auth_token_file = v, "");
+            },
+            [](const ServerConfig& c) { return c.auth_token_file; }},
+           {"shutdown-grace", "seconds SIGTERM waits for in-flight requests before exiting",
+            [](ServerConfig& c, const std::string& v) {
+              char* end = nullptr;
+              const double x = std::strtod(v.c_str(), &end);
+              if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0 || x > 86400)
+                return std::string("expected seconds in [0, 86400], got '") + Bounded(v) + "'";
+              c.shutdown_grace_s = x;
+              return std::string();
+            },
+            [](const ServerConfig& c) {
+              std::ostringstream o;
+              o << c.shutdown_grace_s;
+              return o.str();
+            }},
+           {"log-level", "trace|debug|info|warn|error",
+            [](ServerConfig& c, const std::string& v) {
+              return SetChoice(c.log_level, v, {"trace", "debug", "info", "warn", "error"});
+            },
+            [](const ServerConfig& c) { return c.log_level; }},
        }},
-      {"quantized-dot",
-       "GGUF blocks at decode (CPU): exact (bit-equal to the decoded model) | int8 (block dot "
-       "products)",
-       [](ServerConfig& c, const std::string& v) {
-         return SetParsed(c.engine.quantized_dot, ParseQuantDot(v));
-       },
-       [](const ServerConfig& c) {
-         return std::string(engine::quant_dot_name(c.engine.quantized_dot));
+      {"KV cache and batching",
+       {
+           {"kv-cache-memory", "bytes for the paged KV cache (e.g. 2GiB)",
+            [](ServerConfig& c, const std::string& v) {
+              const int64_t b = ParseByteSize(v);
+              if (b <= 0) return "expected a positive size like 2GiB, got '" + Bounded(v) + "'";
+              c.engine.kv_cache_memory_bytes = b;
+              return std::string();
+            },
+            [](const ServerConfig& c) { return std::to_string(c.engine.kv_cache_memory_bytes); }},
+           {"kv-cache-prefault",
+            "true|false: write the whole KV cache once at start, so resident memory is the full "
+            "cache from the first second and stays flat under load",
+            [](ServerConfig& c, const std::string& v) {
+              if (v != "true" && v != "false")
+                return "expected true or false, got '" + Bounded(v) + "'";
+              c.engine.kv_cache_prefault = v == "true";
+              return std::string();
+            },
+            [](const ServerConfig& c) {
+              return std::string(c.engine.kv_cache_prefault ? "true" : "false");
+            }},
+           {"max-batch-size", "most sequences in one decode step",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.max_batch_size, v, 1, 4096);
+            },
+            [](const ServerConfig& c) { return std::to_string(c.engine.max_batch_size); }},
+           {"max-queue", "most requests waiting for admission; more get RESOURCE_EXHAUSTED",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.max_queue, v, 0, 1 << 20);
+            },
+            [](const ServerConfig& c) { return std::to_string(c.engine.max_queue); }},
+           {"max-new-tokens-limit", "largest max_new_tokens a request may ask for",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.max_new_tokens_limit, v, 1, 1 << 20);
+            },
+            [](const ServerConfig& c) { return std::to_string(c.engine.max_new_tokens_limit); }},
+           {"default-max-new-tokens", "max_new_tokens when a request leaves it 0",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.default_max_new_tokens, v, 1, 1 << 20);
+            },
+            [](const ServerConfig& c) { return std::to_string(c.engine.default_max_new_tokens); }},
+           {"max-step-tokens",
+            "prompt tokens one step computes, beside one token per decoding request "
+            "(prompts are cut into chunks of this size: chunked prefill)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.max_step_tokens, v, 1, 1 << 20);
+            },
+            [](const ServerConfig& c) { return std::to_string(c.engine.max_step_tokens); }},
        }},
-      {"prefill-gemm",
-       "GEMMs of prompt chunks (CPU): float32 (the decoded model's numbers) | bfloat16 (linears "
-       "and, on AVX512_BF16 CPUs, attention with inputs rounded to bfloat16 and float32 "
-       "accumulation; several times faster there; keeps a bfloat16 copy of the layers' matrices, "
-       "2 bytes per weight) | int8 (GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices multiplied as "
-       "int8 by AVX-512 VNNI, activations quantized per 32-block; repacks them, 1 byte per "
-       "weight; other matrices and attention as bfloat16)",
-       [](ServerConfig& c, const std::string& v) {
-         return SetParsed(c.engine.prefill_gemm, ParsePrefillGemm(v));
-       },
-       [](const ServerConfig& c) {
-         return std::string(engine::prefill_gemm_name(c.engine.prefill_gemm));
+      {"KV compression defaults (a request's own kv_compression fields win)",
+       {
+           {"default-kv-method",
+            "KV compression when a request does not say: snapkv | adakv | pyramidkv | "
+            "streaming_llm | none",
+            [](ServerConfig& c, const std::string& v) {
+              return SetParsed(c.engine.default_kv_compression.method, ParseKvMethod(v));
+            },
+            [](const ServerConfig& c) {
+              return std::string(engine::kv_method_name(c.engine.default_kv_compression.method));
+            }},
+           {"snapkv-window", "SnapKV observation window w",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.default_kv_compression.window, v, 1, 1 << 20);
+            },
+            [](const ServerConfig& c) {
+              return std::to_string(c.engine.default_kv_compression.window);
+            }},
+           {"snapkv-capacity",
+            "SnapKV prompt entries kept per layer and KV head (C, window included)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.default_kv_compression.capacity, v, 2, 1 << 24);
+            },
+            [](const ServerConfig& c) {
+              return std::to_string(c.engine.default_kv_compression.capacity);
+            }},
+           {"snapkv-kernel", "SnapKV pooling kernel size (odd)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.default_kv_compression.kernel_size, v, 1, 1023);
+            },
+            [](const ServerConfig& c) {
+              return std::to_string(c.engine.default_kv_compression.kernel_size);
+            }},
+           {"snapkv-pooling", "SnapKV pooling: max|avg",
+            [](ServerConfig& c, const std::string& v) {
+              return SetParsed(c.engine.default_kv_compression.pooling, ParseKvPooling(v));
+            },
+            [](const ServerConfig& c) {
+              return std::string(engine::kv_pooling_name(c.engine.default_kv_compression.pooling));
+            }},
+           {"kv-sink-tokens",
+            "StreamingLLM: first prompt positions always kept (attention sinks; counted in C)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.default_kv_compression.sink_tokens, v, 0, 1 << 20);
+            },
+            [](const ServerConfig& c) {
+              return std::to_string(c.engine.default_kv_compression.sink_tokens);
+            }},
+           {"adakv-alpha",
+            "AdaKV: share of C every KV head keeps at least, in [0, 1] (the safeguard)",
+            [](ServerConfig& c, const std::string& v) {
+              char* end = nullptr;
+              const double x = std::strtod(v.c_str(), &end);
+              if (v.empty() || *end != '\0' || !(x >= 0 && x <= 1))
+                return std::string("expected a number in [0, 1], got '") + Bounded(v) + "'";
+              c.engine.default_kv_compression.adakv_alpha = x;
+              return std::string();
+            },
+            [](const ServerConfig& c) {
+              return std::to_string(c.engine.default_kv_compression.adakv_alpha);
+            }},
+           {"pyramid-beta", "PyramidKV: steepness of the per-layer budgets (last layer ~ C / beta)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.default_kv_compression.pyramid_beta, v, 1, 1 << 20);
+            },
+            [](const ServerConfig& c) {
+              return std::to_string(c.engine.default_kv_compression.pyramid_beta);
+            }},
        }},
-      {"decode-dot",
-       "decode steps on bfloat16 weights (CPU, --dtype=bfloat16): float32 (activations stay "
-       "float32: only the weights are rounded) | bfloat16 (activations rounded to bfloat16, "
-       "products accumulated in float32; vdpbf16ps on AVX512_BF16 CPUs)",
-       [](ServerConfig& c, const std::string& v) {
-         return SetParsed(c.engine.decode_dot, ParseDecodeDot(v));
-       },
-       [](const ServerConfig& c) {
-         return std::string(engine::decode_dot_name(c.engine.decode_dot));
+      {"Advanced: precision overrides (each wins over --precision)",
+       {
+           {"quantized-dot", "GGUF blocks at decode (CPU): exact | int8 (block dot products)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetParsed(c.precision_overrides.quantized_dot, ParseQuantDot(v));
+            },
+            [](const ServerConfig& c) {
+              return ShowOverride(c.precision_overrides.quantized_dot, &engine::quant_dot_name);
+            }},
+           {"prefill-gemm", "GEMM of prompt chunks (CPU): float32 | bfloat16 | int8 (AVX-512 VNNI)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetParsed(c.precision_overrides.prefill_gemm, ParsePrefillGemm(v));
+            },
+            [](const ServerConfig& c) {
+              return ShowOverride(c.precision_overrides.prefill_gemm, &engine::prefill_gemm_name);
+            }},
+           {"decode-dot", "decode on bfloat16 weights (CPU, --dtype=bfloat16): float32 | bfloat16",
+            [](ServerConfig& c, const std::string& v) {
+              return SetParsed(c.precision_overrides.decode_dot, ParseDecodeDot(v));
+            },
+            [](const ServerConfig& c) {
+              return ShowOverride(c.precision_overrides.decode_dot, &engine::decode_dot_name);
+            }},
+           {"kv-cache-dtype", "KV cache entries: float32 | bfloat16 | float16 | int8 (CPU)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetParsed(c.precision_overrides.kv_cache_dtype, ParseKvCacheDtype(v));
+            },
+            [](const ServerConfig& c) {
+              return ShowOverride(c.precision_overrides.kv_cache_dtype, &engine::dtype_name);
+            }},
+           {"block-size", "tokens per KV cache block",
+            [](ServerConfig& c, const std::string& v) {
+              int size = 0;
+              std::string error = SetInt(size, v, 1, 1024);
+              if (error.empty()) c.precision_overrides.block_size = size;
+              return error;
+            },
+            [](const ServerConfig& c) {
+              return c.precision_overrides.block_size
+                         ? std::to_string(*c.precision_overrides.block_size)
+                         : std::string(kFromPreset);
+            }},
        }},
-      {"device", "cpu|cuda|cuda:N",
-       [](ServerConfig& c, const std::string& v) {
-         return SetParsed(c.engine.device, ParseDevice(v));
-       },
-       [](const ServerConfig& c) { return engine::device_name(c.engine.device); }},
-      {"kv-cache-memory", "bytes for the paged KV cache (e.g. 2GiB)",
-       [](ServerConfig& c, const std::string& v) {
-         const int64_t b = ParseByteSize(v);
-         if (b <= 0) return "expected a positive size like 2GiB, got '" + Bounded(v) + "'";
-         c.engine.kv_cache_memory_bytes = b;
-         return std::string();
-       },
-       [](const ServerConfig& c) { return std::to_string(c.engine.kv_cache_memory_bytes); }},
-      {"kv-cache-prefault",
-       "true|false: write the whole KV cache once at start, so resident memory is the full "
-       "cache from the first second and stays flat under load",
-       [](ServerConfig& c, const std::string& v) {
-         if (v != "true" && v != "false") return "expected true or false, got '" + Bounded(v) + "'";
-         c.engine.kv_cache_prefault = v == "true";
-         return std::string();
-       },
-       [](const ServerConfig& c) {
-         return std::string(c.engine.kv_cache_prefault ? "true" : "false");
-       }},
-      {"block-size", "tokens per KV cache block",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.block_size, v, 1, 1024);
-       },
-       [](const ServerConfig& c) { return std::to_string(c.engine.block_size); }},
-      {"max-batch-size", "most sequences in one decode step",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.max_batch_size, v, 1, 4096);
-       },
-       [](const ServerConfig& c) { return std::to_string(c.engine.max_batch_size); }},
-      {"max-queue", "most requests waiting for admission; more get RESOURCE_EXHAUSTED",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.max_queue, v, 0, 1 << 20);
-       },
-       [](const ServerConfig& c) { return std::to_string(c.engine.max_queue); }},
-      {"max-new-tokens-limit", "largest max_new_tokens a request may ask for",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.max_new_tokens_limit, v, 1, 1 << 20);
-       },
-       [](const ServerConfig& c) { return std::to_string(c.engine.max_new_tokens_limit); }},
-      {"default-max-new-tokens", "max_new_tokens when a request leaves it 0",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.default_max_new_tokens, v, 1, 1 << 20);
-       },
-       [](const ServerConfig& c) { return std::to_string(c.engine.default_max_new_tokens); }},
-      {"max-step-tokens",
-       "prompt tokens one step computes, beside one token per decoding request "
-       "(prompts are cut into chunks of this size: chunked prefill)",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.max_step_tokens, v, 1, 1 << 20);
-       },
-       [](const ServerConfig& c) { return std::to_string(c.engine.max_step_tokens); }},
-      {"threads", "CPU threads for compute (0: all cores)",
-       [](ServerConfig& c, const std::string& v) { return SetInt(c.engine.threads, v, 0, 4096); },
-       [](const ServerConfig& c) { return std::to_string(c.engine.threads); }},
-      {"default-kv-method", "KV compression when a request does not say: snapkv|streaming_llm|none",
-       [](ServerConfig& c, const std::string& v) {
-         return SetParsed(c.engine.default_kv_compression.method, ParseKvMethod(v));
-       },
-       [](const ServerConfig& c) {
-         return std::string(engine::kv_method_name(c.engine.default_kv_compression.method));
-       }},
-      {"snapkv-window", "SnapKV observation window w",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.default_kv_compression.window, v, 1, 1 << 20);
-       },
-       [](const ServerConfig& c) {
-         return std::to_string(c.engine.default_kv_compression.window);
-       }},
-      {"snapkv-capacity", "SnapKV prompt entries kept per layer and KV head (C, window included)",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.default_kv_compression.capacity, v, 2, 1 << 24);
-       },
-       [](const ServerConfig& c) {
-         return std::to_string(c.engine.default_kv_compression.capacity);
-       }},
-      {"snapkv-kernel", "SnapKV pooling kernel size (odd)",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.default_kv_compression.kernel_size, v, 1, 1023);
-       },
-       [](const ServerConfig& c) {
-         return std::to_string(c.engine.default_kv_compression.kernel_size);
-       }},
-      {"snapkv-pooling", "SnapKV pooling: max|avg",
-       [](ServerConfig& c, const std::string& v) {
-         return SetParsed(c.engine.default_kv_compression.pooling, ParseKvPooling(v));
-       },
-       [](const ServerConfig& c) {
-         return std::string(engine::kv_pooling_name(c.engine.default_kv_compression.pooling));
-       }},
-      {"kv-sink-tokens",
-       "StreamingLLM: first prompt positions always kept (attention sinks; counted in C)",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.default_kv_compression.sink_tokens, v, 0, 1 << 20);
-       },
-       [](const ServerConfig& c) {
-         return std::to_string(c.engine.default_kv_compression.sink_tokens);
-       }},
-      {"adakv-alpha", "AdaKV: share of C every KV head keeps at least, in [0, 1] (the safeguard)",
-       [](ServerConfig& c, const std::string& v) {
-         char* end = nullptr;
-         const double x = std::strtod(v.c_str(), &end);
-         if (v.empty() || *end != '\0' || !(x >= 0 && x <= 1))
-           return std::string("expected a number in [0, 1], got '") + Bounded(v) + "'";
-         c.engine.default_kv_compression.adakv_alpha = x;
-         return std::string();
-       },
-       [](const ServerConfig& c) {
-         return std::to_string(c.engine.default_kv_compression.adakv_alpha);
-       }},
-      {"pyramid-beta", "PyramidKV: steepness of the per-layer budgets (last layer ~ C / beta)",
-       [](ServerConfig& c, const std::string& v) {
-         return SetInt(c.engine.default_kv_compression.pyramid_beta, v, 1, 1 << 20);
-       },
-       [](const ServerConfig& c) {
-         return std::to_string(c.engine.default_kv_compression.pyramid_beta);
-       }},
-      {"log-level", "trace|debug|info|warn|error",
-       [](ServerConfig& c, const std::string& v) {
-         return SetChoice(c.log_level, v, {"trace", "debug", "info", "warn", "error"});
-       },
-       [](const ServerConfig& c) { return c.log_level; }},
   };
-  return flags;
+  return groups;
 }
 
 const FlagSpec* FindFlag(const std::string& name) {
-  for (const auto& f : Flags()) {
-    if (name == f.name) return &f;
+  for (const FlagGroup& g : FlagGroups()) {
+    for (const FlagSpec& f : g.flags) {
+      if (name == f.name) return &f;
+    }
   }
   return nullptr;
 }
@@ -437,6 +481,13 @@ StatusOr<engine::DecodeDot> ParseDecodeDot(const std::string& text) {
                     &engine::decode_dot_name);
 }
 
+StatusOr<engine::Precision> ParsePrecision(const std::string& text) {
+  return ParseNamed(text,
+                    {engine::Precision::kAuto, engine::Precision::kExact, engine::Precision::kInt8,
+                     engine::Precision::kBFloat16},
+                    &engine::precision_name);
+}
+
 StatusOr<engine::Device> ParseDevice(const std::string& text) {
   if (text == "cpu") return engine::Device::Cpu();
   if (text == "cuda") return engine::Device::Cuda();
@@ -453,16 +504,40 @@ StatusOr<engine::Device> ParseDevice(const std::string& text) {
 
 std::string ServerHelp() {
   std::ostringstream out;
-  out << "snapserve: gRPC LLM inference with SnapKV KV-cache compression\n\n"
+  out << "snapserve: gRPC LLM inference with KV-cache compression (SnapKV, AdaKV, PyramidKV,\n"
+         "StreamingLLM)\n\n"
          "usage: snapserve --model=PATH [--flag=value ...]\n\n"
          "Every flag can also be set through the environment variable shown;\n"
-         "the command line wins.\n\n";
+         "the command line wins.\n";
   const ServerConfig defaults;  // the engine's defaults (engine.h)
-  for (const auto& f : Flags()) {
-    out << "  --" << f.name << "=VALUE\n      " << f.help << "\n      env " << EnvName(f.name)
-        << ", default '" << f.show(defaults) << "'\n";
+  for (const FlagGroup& g : FlagGroups()) {
+    out << "\n" << g.title << ":\n";
+    for (const FlagSpec& f : g.flags) {
+      out << "  --" << f.name << "=VALUE\n      " << f.help << "\n      env " << EnvName(f.name)
+          << ", default '" << f.show(defaults) << "'\n";
+    }
   }
-  out << "  --help\n      print this text\n";
+  out << "\n  --help\n      print this text (--help=markdown: as the README's table)\n";
+  return out.str();
+}
+
+std::string ServerHelpMarkdown() {
+  std::ostringstream out;
+  const ServerConfig defaults;
+  for (const FlagGroup& g : FlagGroups()) {
+    out << "\n**" << g.title
+        << "**\n\n| flag | environment | default | meaning |\n|---|---|---|---|\n";
+    for (const FlagSpec& f : g.flags) {
+      std::string help = f.help;
+      // A '|' inside a cell would end it.
+      for (size_t at = help.find('|'); at != std::string::npos; at = help.find('|', at + 2)) {
+        help.replace(at, 1, "\\|");
+      }
+      const std::string value = f.show(defaults);
+      out << "| `--" << f.name << "` | `" << EnvName(f.name) << "` | "
+          << (value.empty() ? "" : "`" + value + "`") << " | " << help << " |\n";
+    }
+  }
   return out.str();
 }
 
@@ -470,16 +545,19 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
                               char* (*getenv_fn)(const char*)) {
   ParseResult r;
   if (getenv_fn == nullptr) getenv_fn = &std::getenv;
-  for (const auto& f : Flags()) {
-    const char* env = getenv_fn(EnvName(f.name).c_str());
-    if (env == nullptr) continue;
-    if (std::string err = f.set(r.config, env); !err.empty()) {
-      return {r.config, true, 2, EnvName(f.name) + ": " + err};
+  for (const FlagGroup& g : FlagGroups()) {
+    for (const FlagSpec& f : g.flags) {
+      const char* env = getenv_fn(EnvName(f.name).c_str());
+      if (env == nullptr) continue;
+      if (std::string err = f.set(r.config, env); !err.empty()) {
+        return {r.config, true, 2, EnvName(f.name) + ": " + err};
+      }
     }
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") return {r.config, true, 0, ServerHelp()};
+    if (a == "--help=markdown") return {r.config, true, 0, ServerHelpMarkdown()};
     if (a.rfind("--", 0) != 0)
       return {r.config, true, 2, "unexpected argument '" + Bounded(a) + "' (see --help)"};
     std::string name = a.substr(2);
@@ -501,6 +579,9 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
       return {r.config, true, 2, "--" + name + ": " + err};
     }
   }
+  r.config.precision_summary = engine::ResolvePrecision(
+      r.config.precision, r.config.precision_overrides,
+      engine::DetectHardware(r.config.engine.device, r.config.engine.model_path), r.config.engine);
   if (std::string err = CheckConsistency(r.config); !err.empty()) return {r.config, true, 2, err};
   if (r.config.metrics_host.empty()) r.config.metrics_host = r.config.host;
   return r;

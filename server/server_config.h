@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/precision.h"
 
 namespace snapserve::server {
 
@@ -33,6 +34,12 @@ struct ServerConfig {
   // The model, the engine's limits and the SnapKV defaults:
   // the engine's own options, whose defaults are the flags' defaults.
   engine::EngineOptions engine;
+  // The precision preset and the detailed settings given explicitly; parsing
+  // resolves them into `engine` (engine/precision.h) and keeps the line the
+  // server logs at start-up.
+  engine::Precision precision = engine::Precision::kAuto;
+  engine::PrecisionOverrides precision_overrides;
+  std::string precision_summary;
 
   std::string log_level = "info";
 };
@@ -53,6 +60,10 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
 // The --help text: every flag, its environment variable and default.
 std::string ServerHelp();
 
+// The same as a Markdown table (`--help=markdown`), which README.md holds
+// between its flags markers (a test compares the two).
+std::string ServerHelpMarkdown();
+
 // Parses sizes like "2GiB", "512MiB", "1e9", "1073741824". Returns -1 when invalid.
 int64_t ParseByteSize(const std::string& text);
 
@@ -67,6 +78,7 @@ StatusOr<engine::Dtype> ParseKvCacheDtype(const std::string& text);
 StatusOr<engine::QuantDot> ParseQuantDot(const std::string& text);
 StatusOr<engine::PrefillGemm> ParsePrefillGemm(const std::string& text);
 StatusOr<engine::DecodeDot> ParseDecodeDot(const std::string& text);
+StatusOr<engine::Precision> ParsePrecision(const std::string& text);
 // "cpu", "cuda" or "cuda:N".
 StatusOr<engine::Device> ParseDevice(const std::string& text);
 

@@ -39,7 +39,10 @@ class SnapserveProcess:
     sends SIGTERM (SIGKILL after `timeout`); as a context manager it waits for
     SERVING on entry and stops on exit."""
 
-    def __init__(self, args, env=None, log_name="test"):
+    # Tests compare the server's tokens and logprobs with transformers', which
+    # the `exact` precision preset reproduces; a test of the default preset
+    # passes precision=None (no flag: what a user's server runs).
+    def __init__(self, args, env=None, log_name="test", precision="exact"):
         self.port = free_port()
         self.metrics_port = free_port()
         while self.metrics_port == self.port:
@@ -48,7 +51,10 @@ class SnapserveProcess:
         if not binary.is_file():
             raise FileNotFoundError(f"{binary} not built (run `make build`)")
         self.cmd = [str(binary), "--host=127.0.0.1", f"--port={self.port}",
-                    f"--metrics-port={self.metrics_port}"] + list(args)
+                    f"--metrics-port={self.metrics_port}"]
+        if precision is not None and not any(a.startswith("--precision") for a in args):
+            self.cmd.append(f"--precision={precision}")
+        self.cmd += list(args)
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.log_path = build_dir() / f"snapserve-{log_name}-{self.port}.log"

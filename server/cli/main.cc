@@ -3,10 +3,11 @@
 //   snapserve-cli info
 //   snapserve-cli tokenize "text"
 //   snapserve-cli generate [--max-new-tokens=N] [--temperature=T]
-//                          [--kv=snapkv|streaming_llm|none] "prompt"
+//                          [--kv=snapkv|adakv|pyramidkv|streaming_llm|none] "prompt"
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cctype>
 #include <charconv>
 #include <condition_variable>
 #include <iterator>
@@ -39,7 +40,8 @@ int Usage() {
                "  tokenize TEXT               token ids of TEXT\n"
                "  generate [opts] PROMPT      stream a completion to the terminal\n"
                "     --max-new-tokens=N --temperature=T --top-k=K --top-p=P --seed=S\n"
-               "     --kv=snapkv|streaming_llm|none --capacity=C --window=W --sink=S --chat (send "
+               "     --kv=snapkv|adakv|pyramidkv|streaming_llm|none --capacity=C --window=W "
+               "--sink=S --chat (send "
                "PROMPT as a user message)\n");
   return 2;
 }
@@ -228,11 +230,16 @@ int main(int argc, char** argv) {
     if (number("top-p", &f)) req.mutable_sampling()->set_top_p(f);
     if (number("seed", &seed)) req.mutable_sampling()->set_seed(seed);
     if (opts.count("kv")) {
-      const std::string& kv = opts["kv"];
-      req.mutable_kv_compression()->set_method(kv == "none" ? v1::KvCompression::NONE
-                                               : kv == "streaming_llm"
-                                                   ? v1::KvCompression::STREAMING_LLM
-                                                   : v1::KvCompression::SNAPKV);
+      // The server's method names are the proto's enum names in lower case.
+      std::string name = opts["kv"];
+      for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      v1::KvCompression::Method method{};
+      if (name == "METHOD_UNSPECIFIED" || !v1::KvCompression::Method_Parse(name, &method)) {
+        std::fprintf(stderr, "error: --kv=%s: expected snapkv|adakv|pyramidkv|streaming_llm|none\n",
+                     opts["kv"].c_str());
+        return 2;
+      }
+      req.mutable_kv_compression()->set_method(method);
     }
     if (number("sink", &u)) req.mutable_kv_compression()->set_sink_tokens(u);
     if (number("capacity", &u)) req.mutable_kv_compression()->set_max_capacity_prompt(u);

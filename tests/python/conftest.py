@@ -145,13 +145,13 @@ def pb():
 
 
 def _server_factory():
-    """Yields start(args, env=None, wait=True) -> snapserve_testkit.SnapserveProcess
+    """Yields start(args, env=None, wait=True, precision="exact") -> snapserve_testkit.SnapserveProcess
     (SERVING when wait; its log BUILD_DIR/snapserve-test-<port>.log); every
     process started is stopped when the fixture ends."""
     started = []
 
-    def start(args, env=None, wait=True):
-        s = testkit.SnapserveProcess(args, env)
+    def start(args, env=None, wait=True, precision="exact"):
+        s = testkit.SnapserveProcess(args, env, precision=precision)
         started.append(s)
         if wait:
             s.wait_serving()

@@ -241,6 +241,13 @@ def test_workload_contract(overlay):
     for k in ("SNAPSERVE_MODEL", "SNAPSERVE_DEVICE", "SNAPSERVE_DTYPE", "SNAPSERVE_KV_CACHE_MEMORY",
               "SNAPSERVE_SHUTDOWN_GRACE", "SNAPSERVE_PORT", "SNAPSERVE_METRICS_PORT"):
         assert k in data, f"ConfigMap lacks {k}"
+    # The kernel paths come from the preset (snapserve picks this node's
+    # fastest at start-up), not from per-path flags pinned in the manifests.
+    assert data.get("SNAPSERVE_PRECISION") == "auto", "the overlays run --precision=auto"
+    pinned = sorted(k for k in ("SNAPSERVE_QUANTIZED_DOT", "SNAPSERVE_PREFILL_GEMM",
+                                "SNAPSERVE_DECODE_DOT", "SNAPSERVE_KV_CACHE_DTYPE",
+                                "SNAPSERVE_BLOCK_SIZE") if k in data)
+    assert not pinned, f"per-path overrides pinned in overlays/{overlay}: {pinned}"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"grpc": int(data["SNAPSERVE_PORT"]), "metrics": int(data["SNAPSERVE_METRICS_PORT"])}
 

@@ -48,7 +48,6 @@ TEST(ServerConfigTest, DefaultsAreTheEngineDefaults) {
   const engine::EngineOptions defaults;
   const engine::EngineOptions& got = r.config.engine;
   EXPECT_EQ(got.kv_cache_memory_bytes, defaults.kv_cache_memory_bytes);
-  EXPECT_EQ(got.block_size, defaults.block_size);
   EXPECT_EQ(got.max_batch_size, defaults.max_batch_size);
   EXPECT_EQ(got.max_queue, defaults.max_queue);
   EXPECT_EQ(got.max_new_tokens_limit, defaults.max_new_tokens_limit);
@@ -59,7 +58,8 @@ TEST(ServerConfigTest, DefaultsAreTheEngineDefaults) {
   const std::string help = ServerHelp();
   EXPECT_NE(help.find("default '2147483648'"), std::string::npos);
   EXPECT_NE(help.find("default 'snapkv'"), std::string::npos);
-  EXPECT_NE(help.find("default 'float32'"), std::string::npos);
+  EXPECT_NE(help.find("default 'float32 (CUDA: bfloat16 unless exact)'"), std::string::npos);
+  EXPECT_NE(help.find("default 'auto'"), std::string::npos);
   EXPECT_NE(help.find("default 'cpu'"), std::string::npos);
 }
 
@@ -106,13 +106,14 @@ TEST(ServerConfigTest, EveryDtypeName) {
 }
 
 TEST(ServerConfigTest, EveryQuantizedDotName) {
-  EXPECT_EQ(Parse({}).config.engine.quantized_dot, engine::QuantDot::kExact);
+  EXPECT_EQ(Parse({"--precision=exact"}).config.engine.quantized_dot, engine::QuantDot::kExact);
   EXPECT_EQ(Parse({"--quantized-dot=int8"}).config.engine.quantized_dot, engine::QuantDot::kInt8);
   EXPECT_EQ(Parse({"--quantized-dot=exact"}).config.engine.quantized_dot, engine::QuantDot::kExact);
   ParseResult bad = Parse({"--quantized-dot=fast"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.message, "--quantized-dot: expected one of exact|int8, got 'fast'");
-  EXPECT_EQ(Parse({}).config.engine.prefill_gemm, engine::PrefillGemm::kFloat32);
+  EXPECT_EQ(Parse({"--precision=exact"}).config.engine.prefill_gemm,
+            engine::PrefillGemm::kFloat32);
   EXPECT_EQ(Parse({"--prefill-gemm=bfloat16"}).config.engine.prefill_gemm,
             engine::PrefillGemm::kBFloat16);
   EXPECT_EQ(Parse({"--prefill-gemm=int8"}).config.engine.prefill_gemm, engine::PrefillGemm::kInt8);

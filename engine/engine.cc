@@ -205,8 +205,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
         " bytes hold not even one block");
   }
   // Also on a thread of its own: the prefault writes the cache with
-  // LibTorch's parallel fill. On this thread it left the team described
-  // above, and W1's decode steps took 2.5x as long with
+  // LibTorch's parallel fill, which on this thread would leave the team
+  // described above and put every decode barrier to sleep under
   // --kv-cache-prefault=true, the deployment's setting (docs/kv-cache-and-scheduling.md).
   StatusOr<std::unique_ptr<kv::PagedKvCache>> cache = Status::Internal("KV cache not created");
   OnThreadOfItsOwn([&] { cache = kv::PagedKvCache::Create(kc); });

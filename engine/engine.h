@@ -35,11 +35,12 @@ struct EngineOptions {
   std::optional<Dtype> kv_cache_dtype;
   Device device = Device::Cpu();
   // GGUF blocks on CPU at decode: exact (bit-equal to the decoded float32
-  // model) or int8 block dot products (faster at batch 1 on CPUs without
-  // fast float32; docs/quantized-weights.md has the measurements).
+  // model) or int8 block dot products (no weight widened to float32, so fewer
+  // instructions per weight; docs/quantized-weights.md).
   QuantDot quantized_dot = QuantDot::kExact;
-  // The GEMM of prompt chunks on CPU: float32 (the decoded model's numbers)
-  // or bfloat16 (about 4x faster on AVX512_BF16 CPUs; kernels/linear.h).
+  // The GEMM of prompt chunks on CPU: float32 (the decoded model's numbers),
+  // bfloat16 (native multiply-adds of bfloat16 pairs on AVX512_BF16 and AMX
+  // CPUs) or int8 (kernels/prefill_gemm.h, kernels/linear.h).
   PrefillGemm prefill_gemm = PrefillGemm::kFloat32;
   // Decode-sized batches on bfloat16 weights (CPU, --dtype=bfloat16):
   // float32 activations (weight-only bfloat16) or bfloat16 dot products

@@ -42,11 +42,10 @@ bool has_amx_bf16();
 // FMAs do: on AMD's AVX512_BF16 CPUs (Zen 4, Zen 5) twice as many; on
 // Intel's (Cooper Lake, Sapphire Rapids and later) it issues on one port
 // against FMA's two, so a bfloat16 kernel there only adds the roundings.
-// Measured with the prompt attention kernels (bench/attention_kernels.py,
-// 2,048-token layer): the bfloat16 kernel 1.9x the float32 one on a Zen 4 VM
-// (bench/results/attention_kernels.json), 0.80x on a Sapphire-Rapids-class
-// Xeon VM (attention_kernels_spr.json). Read from the CPUID vendor; false
-// without has_avx512_bf16().
+// bench/attention_kernels.py shows it with the prompt attention kernels
+// (bench/results/attention_kernels.json on a Zen 4,
+// attention_kernels_spr.json on a Sapphire-Rapids-class Xeon). Read from the
+// CPUID vendor; false without has_avx512_bf16().
 bool bf16_dot_outpaces_fma();
 
 // "portable", "avx2", "avx512", "avx512vnni" or "amx".

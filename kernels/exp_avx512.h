@@ -39,13 +39,13 @@ __attribute__((target("avx512f,fma"))) inline __m512 exp_at_most_88_avx512(__m51
 // itself. The coefficients were fitted for the smallest largest relative
 // error on [0, 1] (least squares on 4,000 Chebyshev nodes, reweighted towards
 // the minimax): 2.7e-6 evaluated in float32, ~700 times below the bfloat16
-// rounding, in 6 instructions where exp_at_most_88_avx512 takes 14. On this
-// project's AMX machine the tile products and the softmax's vector work do
-// not overlap (docs/quantized-weights.md, "Prompt attention: aligned
-// operands"), so each instruction counts: with t rounded to nearest and
-// subtracted (3 instructions where vreduceps is one) the AMX kernel took
-// 1.1x as long. The caller folds the scores' shift and log2(e) into t with
-// one FMA. Any finite t <= 127: far below 0, scalef gives 0 or a denormal.
+// rounding, in 6 instructions where exp_at_most_88_avx512 takes 14. On AMX
+// CPUs the tile products and the softmax's vector work do not overlap
+// (docs/quantized-weights.md, "Prompt attention"), so each instruction
+// counts: hence vreduceps (one instruction) rather than t rounded to nearest
+// and subtracted (three). The caller folds the scores' shift and log2(e)
+// into t with one FMA. Any finite t <= 127: far below 0, scalef gives 0 or
+// a denormal.
 // Needs AVX512DQ (vreduceps), which every CPU with AVX512_BF16 has.
 __attribute__((target("avx512f,avx512dq,fma"))) inline __m512 exp2_for_bf16_weights_avx512(
     __m512 t) {

@@ -20,9 +20,8 @@ namespace {
 
 // x (float32) rounded to bfloat16, to nearest even, for the bfloat16 GEMM:
 // by vcvtneps2bf16 where the CPU has it, else by ATen. ATen's conversion takes
-// its AVX2 path (no such instruction there): 4.9 % of a 2,048-token prefill's
-// samples on an AMX Xeon against 3.1 % for this (perf,
-// docs/quantized-weights.md, "Prompt attention on AMX tiles"). The two agree
+// its AVX2 path (no such instruction there), several instructions per value
+// (docs/quantized-weights.md, "The bfloat16 prompt GEMM"). The two agree
 // but for subnormal inputs, which vcvtneps2bf16 takes as 0.
 at::Tensor to_bfloat16(const at::Tensor& x) {
   if (!has_avx512_bf16()) return x.to(at::kBFloat16);

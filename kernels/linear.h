@@ -41,7 +41,7 @@ at::Tensor linear_float32(const at::Tensor& x, const at::Tensor& w,
 // [N, K], prompt-sized x [M, K] float32) with its product left in bfloat16:
 // linear_float32 returns exactly this, widened. For a consumer that widens
 // as it reads (silu_mul), so that a large product's float32 copy is never
-// written (docs/quantized-weights.md, "Prompt attention on AMX tiles").
+// written (docs/quantized-weights.md, "The bfloat16 prompt GEMM").
 at::Tensor linear_bf16_gemm(const at::Tensor& x, const at::Tensor& w);
 
 // How decode-sized m multiplies GGUF blocks: QuantDot (quant_blocks.h).

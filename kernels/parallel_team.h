@@ -7,7 +7,7 @@
 // and libgomp's fork/join code was ~3 % of the step's samples on the engine
 // thread. Inside a team the other threads wait in a spin loop, and a loop is
 // handed to them by writing one cache line: ~50 ns (docs/quantized-weights.md,
-// "One team per decode step").
+// "The decode thread team").
 //
 // The engine opens a team around a step (run_as_team, engine/model); the
 // kernels' loops (parallel_for here, parallel_shares and parallel_dynamic in

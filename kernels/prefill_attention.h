@@ -1,22 +1,23 @@
 // Causal attention of a prompt chunk, three kernels of one design:
 // - bfloat16 products on Intel's AMX tiles (tdpbf16ps, Sapphire Rapids on;
 //   kernels/cpu_isa.h, kAmx): the attention half of `--prefill-gemm=bfloat16`
-//   and `int8` (docs/quantized-weights.md, "Prompt GEMM precision") where
+//   and `int8` (docs/quantized-weights.md, "Which path runs where") where
 //   the CPU has them, head size 64;
 // - bfloat16 products on CPUs with AVX512_BF16 (vdpbf16ps): the same, where
 //   vdpbf16ps outpaces FMA (AMD's CPUs: kernels/cpu_isa.h,
 //   bf16_dot_outpaces_fma);
 // - float32 products on the other AVX-512F CPUs (Ice Lake, Skylake-SP, and
 //   Intel's with AVX512_BF16, where it is the faster of the two), for the
-//   same prompt precisions: more exact than the bfloat16 kernel, and 1.3x
-//   LibTorch's float32 attention on an Ice Lake VM (docs/quantized-weights.md,
-//   "Prompt attention without AVX512_BF16").
+//   same prompt precisions: more exact than the bfloat16 kernel, and faster
+//   than LibTorch's float32 attention, which repeats K and V per query head
+//   (docs/quantized-weights.md, "Prompt attention").
 //
 // Why a kernel of our own: LibTorch's CPU flash attention multiplies in
 // float32 through MKL, whose sgemm takes its AVX2 path on AMD; at a 2,048-token
-// prompt of the default model that attention was ~40 % of the prefill after
-// the linears moved to the bfloat16 GEMM (perf, stop 24's note). Its bfloat16
-// variant is no faster on this CPU.
+// prompt of the default model that attention is the larger part of the
+// prefill once the linears take a low-precision GEMM. Its bfloat16 variant
+// is no faster on CPUs without AMX, and on AMX its rows depend on the chunk
+// around them (docs/quantized-weights.md, "Paths not taken").
 //
 // Numbers (both bfloat16 kernels): q·scale, k, v and the softmax weights are
 // rounded to bfloat16 (round to nearest even); every product is accumulated in float32, the

@@ -10,9 +10,9 @@
 //   3. weights · V: each key's weight broadcast against its V row, one FMA
 //      per 16 output dimensions.
 // Per tile and row, 2·D FMAs for the scores and D for the weights, against
-// ~60 softmax instructions. On an Ice Lake VM it ran at 135 GFLOP/s on two
-// cores at 2,048 tokens: 1.36x LibTorch's flash attention (K and V repeated
-// per query head, MKL's sgemm over 256 x 512 blocks), ~42 % of the FMA peak.
+// ~60 softmax instructions. LibTorch's flash attention, which it replaces,
+// repeats K and V per query head and runs MKL's sgemm over 256 x 512 blocks
+// (bench/attention_kernels.py compares the two).
 #include "kernels/prefill_attention.h"
 
 #if defined(__x86_64__)

@@ -61,7 +61,7 @@ SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t
     // and [kPairs / 2, kPairs), added at the end: 4 x kRows independent
     // vdpbf16ps chains. With 2 x kRows (one sum per score), a Zen 5 core,
     // which issues two 512-bit vdpbf16ps per cycle, waited on each chain's
-    // latency (docs/quantized-weights.md, "Two partial sums per score").
+    // latency (docs/quantized-weights.md, "Prompt attention").
     __m512 s[kRows][2], upper[kRows][2];
 #pragma GCC unroll 8
     for (int i = 0; i < kRows; ++i) {

@@ -69,10 +69,9 @@ inline Bf16Operands bf16_operands(const PackedAttention& pa, int64_t head, int64
 // and bfloat16, and a sum of 2^20 such weights is far from overflow. So after
 // a row's first tile the max almost never moves, and the tile needs no
 // horizontal max and no hard-to-predict branch: per row and tile, two
-// compares against max + kHeadroom instead (a vector test). Against headroom
-// 0 (the max moving whenever a score passes it, with a horizontal max and
-// sum per tile), the bfloat16 kernel ran 1.09x faster at 2,048 tokens on an
-// AMD Zen 4 VM (docs/quantized-weights.md).
+// compares against max + kHeadroom instead (a vector test), where headroom
+// 0 (the max moving whenever a score passes it) needs a horizontal max and
+// sum per tile (docs/quantized-weights.md, "Prompt attention").
 inline constexpr float kHeadroom = 8.0f;
 
 // A query row's running max (the shift of its weights) and the sum of its

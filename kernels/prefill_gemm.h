@@ -10,10 +10,11 @@ enum class PrefillGemm {
   // float32 inputs and products (MKL's sgemm): the decoded model's numbers.
   kFloat32,
   // x and the weight slices rounded to bfloat16, products accumulated in
-  // float32 by oneDNN, the result rounded to bfloat16 and widened back. On
-  // a CPU with AVX512_BF16 about 4x the float32 GEMM's speed (2,048 x 576 x
-  // 1,536: 755 against 170 GFLOP/s on two Zen cores, whose MKL sgemm takes
-  // its AVX2 path); elsewhere oneDNN emulates it, slower than float32.
+  // float32 by oneDNN (or our AMX tiles, kernels/prefill_gemm_amx.h), the
+  // result rounded to bfloat16 and widened back. On a CPU with AVX512_BF16
+  // the products of bfloat16 pairs are native (and on AMD CPUs MKL's sgemm
+  // takes its generic AVX2 path); elsewhere oneDNN emulates them, slower
+  // than float32.
   kBFloat16,
   // GGUF legacy blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) multiplied as int8 by
   // AVX-512 VNNI, the activations quantized per 32-block as the decode int8

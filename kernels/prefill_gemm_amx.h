@@ -3,17 +3,15 @@
 // PrefillGemm::kBFloat16 (kernels/prefill_gemm.h) on CPUs with AMX-BF16.
 //
 // Why our own and not oneDNN's (through at::linear): alone, on the default
-// model's shapes, this kernel is not faster (1.8-2.2 against oneDNN's
-// 2.3-2.6 TFLOP/s on two AMX cores), but in the model a 2,048-token prefill
-// got 1.13-1.22x faster with it, because around oneDNN's GEMM went
+// model's shapes, this kernel is not faster, but in the model a prompt is,
+// because around oneDNN's GEMM went
 //   - rounding x to bf16 in a pass of its own (here: while packing x's tiles,
 //     in the GEMM's parallel region, each thread its own rows);
 //   - a bf16 product widened to float32 in another pass, and for o_proj and
 //     down an add into the residual in a third (here: the epilogue writes
 //     float32, adds into h, or writes bf16);
-//   - an uneven split of the rows between the two threads: the second
-//     thread spun in libgomp for 31 % of its samples (here: 32-row blocks,
-//     split evenly).
+//   - an uneven split of the rows between the threads, one spinning in
+//     libgomp while the other worked (here: 32-row blocks, split evenly).
 // The weight is packed once at load as the tiles tdpbf16ps reads.
 // docs/quantized-weights.md, "The prompt GEMM on AMX tiles".
 //
@@ -50,7 +48,7 @@ enum class AmxOut {
 // rms_norm(x, *weight, eps, kBFloat16)'s (kernels/rowwise.h), the same bits,
 // computed as each thread packs its rows into tiles. That saves the [m, k]
 // pass rms_norm's output would cost, written out and read back by the
-// packing (docs/quantized-weights.md, "The RMSNorm in the GEMM's packing").
+// packing (docs/quantized-weights.md, "The prompt GEMM on AMX tiles").
 // weight nullptr: x as it is.
 struct AmxRowNorm {
   const at::Tensor* weight = nullptr;  // [k] float32, CPU
@@ -72,7 +70,7 @@ void linear_amx_add_(at::Tensor& h, const at::Tensor& x, const at::Tensor& packe
 // writes o_proj's input so (kernels/prefill_attention.h,
 // prefill_attention_amx_packed): the f32 output it would write and the
 // packing would read back were ~2x the bytes of these tiles
-// (docs/quantized-weights.md, "The attention's output as o_proj's tiles").
+// (docs/quantized-weights.md, "The prompt GEMM on AMX tiles").
 struct AmxPackedRows {
   at::Tensor tiles;  // bfloat16, round_up(m, 32) * k elements, rows past m zero
   int64_t m = 0, k = 0;
@@ -103,9 +101,8 @@ bool amx_mlp_fits(int64_t inter, int64_t k);
 // still in cache, and writes down's x already packed as its tiles
 // (docs/quantized-weights.md, "The MLP in one pass"). The gate is computed
 // to ~7e-5 rather than silu_mul's float32 exactness (each of down's bf16
-// inputs within one rounding step of silu_mul's): the MLP of 1,024 rows
-// took ~9 % less time (docs/quantized-weights.md, "The MLP's gate for
-// bf16").
+// inputs within one rounding step of silu_mul's), in fewer instructions,
+// which on AMX add to the tile products' time.
 // With a norm, x may be h itself (the decoder layer's
 // h += MLP(RMSNorm(h))): each thread packs its rows before any product
 // writes them.

@@ -16,10 +16,9 @@
 // k = 576) stay in L1 across the run, and its outputs are written a row
 // segment after another. The weight tiles load with the non-temporal hint
 // (tile_load_once), so the 36 KiB of them each block streams past do not
-// evict x's from the 48 KiB L1: 1.2-1.25x the loop's speed at k = 576, one
-// thread (docs/quantized-weights.md, sixth session). The other order (column blocks outer, a run of
-// row blocks inner) took 1.5x as long on the 2,048 x 3,072 x 576 gate/up product, one thread
-// (docs/quantized-weights.md).
+// evict x's from the 48 KiB L1. The other order (column blocks outer, a run
+// of row blocks inner) reloads x's tiles from L2 for every column block
+// (docs/quantized-weights.md, "The prompt GEMM on AMX tiles").
 #include "kernels/prefill_gemm_amx.h"
 
 #if defined(__x86_64__)
@@ -111,9 +110,10 @@ template <AmxEpilogue kEpilogue>
     // product reads whole tiles. Gate and up are rounded to bf16 first, as
     // linear_amx's kBFloat16 output is; the gate is
     // simd::silu_mul_for_bf16_avx512, within a bf16 rounding of
-    // silu_mul(linear_amx(x, gate_up, kBFloat16), kBFloat16): with
-    // silu_mul's exact operations and its division the MLP took ~1.1x as
-    // long (docs/quantized-weights.md, "The MLP's gate for bf16").
+    // silu_mul(linear_amx(x, gate_up, kBFloat16), kBFloat16), in fewer
+    // instructions than silu_mul's exact operations and division, which on
+    // AMX add to the tile products' time (docs/quantized-weights.md, "The
+    // MLP in one pass").
     for (int64_t r = r0; r < r1; ++r) {
       const __m512i rounded = __builtin_bit_cast(
           __m512i, _mm512_cvtne2ps_pbh(_mm512_load_ps(b.c[r] + kHalf), _mm512_load_ps(b.c[r])));

@@ -4,9 +4,9 @@
 // multiplies without unpacking anything in the inner loop.
 //
 // Why: a vpdpbusd (64 u8 x s8 products per instruction) does twice the
-// multiply-adds of a vdpbf16ps per cycle on this CPU (measured: 440 against
-// 226 G per second per core), and the bfloat16 GEMM is what vLLM-CPU uses,
-// so the int8 products are the way to prefill faster than it.
+// multiply-adds of a vdpbf16ps per cycle on AVX-512 VNNI CPUs without AMX
+// (Zen 4, Zen 5), and the bfloat16 GEMM is what vLLM-CPU uses, so the int8
+// products are the way to prefill faster than it there.
 //
 // Arithmetic. Every weight of a 32-block is w = scale · u + offset with u an
 // unsigned byte (Q4_1/Q5_1: u = q, offset = m; Q4_0/Q5_0/Q8_0: u = q + bias,
@@ -70,8 +70,8 @@ Int8Panels pack_int8_panels(const QuantMatrix& w, bool nibbles = false);
 // comes before the product in a decoder layer, applied to each row of x as
 // the rows are quantized. The quantization then reads each row from a
 // thread's scratch, not from an [m, k] float32 tensor that a separate pass
-// wrote (docs/quantized-weights.md, "The int8 GEMM's rows made as they are
-// quantized"). Same bits as that pass followed by the GEMM:
+// wrote (docs/quantized-weights.md, "Int8 panels"). Same bits as that pass
+// followed by the GEMM:
 //   kRmsNorm  rms_norm(x, *norm_weight, eps)'s rows (kernels/rowwise.h); x [m, k];
 //   kSiluMul  silu_mul(x)'s rows; x [m, 2k], the gate's k columns first.
 struct Int8Input {

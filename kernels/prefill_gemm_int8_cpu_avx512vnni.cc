@@ -110,9 +110,8 @@ SNAPSERVE_VNNI inline void block_terms(const PanelActivations& x, const uint16_t
 // this one. At one activation row a block is too little work for the
 // hardware prefetchers to run far enough ahead of the loads (they do not
 // follow a stream across 4 KiB pages); asked for this far ahead, the lines
-// arrive in time. A batch-1 step's products over 30 layers took 1.30 ms
-// instead of 1.55 on a Zen 5 (2, 4, 6, 12 blocks and the T1 and NTA hints
-// were no better; docs/quantized-weights.md, "Decode's weights, prefetched").
+// arrive in time (2, 4, 6 and 12 blocks and the T1 and NTA hints were no
+// better; docs/quantized-weights.md, "Int8 panels").
 constexpr int64_t kPrefetchBlocks = 8;
 
 template <int64_t kStep, int64_t kBlockBytes>
@@ -140,9 +139,8 @@ SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const 
   // The tile's outputs: 4 rows of 128 bytes at a stride of the matrix's
   // width, which no hardware prefetcher follows. Asked for now, they arrive
   // long before the stores (and the loads of AddLinear's accumulation)
-  // after the block loop; waiting for them there was ~4 % of the tile's
-  // time, and W2 ran 1.03-1.06x faster with this (docs/quantized-weights.md,
-  // "The GEMM's output rows, prefetched").
+  // after the block loop, which otherwise wait for them
+  // (docs/quantized-weights.md, "Int8 panels").
 #pragma GCC unroll 8
   for (int64_t r = 0; r < kRows; ++r) {
     const float* o = out + (i0 + r) * ldo;

@@ -13,9 +13,8 @@
 // sum_b q_x), each a multiply then an add (never fused), blocks in order; the
 // lanes are summed in the fixed tree of kernels/simd_sums.h. A row's result
 // therefore does not depend on the batch. (One float term per block, not per
-// 4 elements: the eight blocks of a vector step share one scaling, which is
-// what makes the AVX2 path about twice as fast at m = 1 as the per-lane form
-// used before 2026-12-02.)
+// 4 elements: the eight blocks of a vector step share one scaling, so the
+// float work is one multiply-add chain per eight blocks.)
 //
 // Accuracy: the only error beyond float32 rounding is the activations'
 // quantization, |x - d_x q_x| <= d_x / 2 = max|x_block| / 254 per element;

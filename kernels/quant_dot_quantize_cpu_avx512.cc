@@ -4,11 +4,10 @@
 // Each 32-block needs two horizontal reductions: the largest |x| (for its
 // scale) and the sum of its int8 values. Reducing one block's register at a
 // time takes a chain of ~8 shuffles per reduction, and that was most of this
-// function's time, ~4 % of a 2,048-token int8 prefill
-// (docs/quantized-weights.md, "Activation quantization, 16 blocks at a
-// time"). So 16 blocks go together: their 16 registers are folded by one
-// tree into a single register whose lane j holds block j's result, ~3
-// shuffles and ops per block. Max and integer sums are exact in any order,
+// function's time (docs/quantized-weights.md, "Int8 dot products"). So 16
+// blocks go together: their 16 registers are folded by one tree into a
+// single register whose lane j holds block j's result, ~3 shuffles and ops
+// per block. Max and integer sums are exact in any order,
 // and the scale and its reciprocal are IEEE divisions as in the scalar code,
 // so the bits do not change.
 #include "kernels/quant_dot.h"

@@ -3,7 +3,7 @@
 // RMSNorm, rotary embedding (in place) and the SwiGLU gate. At batch 1 a
 // decode step of the default model runs ~100 such steps on 576-float rows, and
 // the per-op dispatch and allocation cost more than the arithmetic
-// (docs/quantized-weights.md, "Where a batch-1 decode step goes").
+// (docs/quantized-weights.md, "Row-wise steps").
 //
 // Every row is computed alone, in one fixed order, whatever the row count, so
 // results do not depend on what else is in the batch (docs/kv-cache-and-scheduling.md,
@@ -100,8 +100,7 @@ bool silu_mul_row_avx2(const uint16_t* gate, const uint16_t* up, int64_t n, floa
 // p[j] + p[j + 8], then lanes k and k + 4, k and k + 2, 0 and 1; the last
 // n % 16 squares are summed apart and added at the end. Sixteen chains, not
 // one, so the adds' latency does not bound a row (docs/quantized-weights.md,
-// "Activation quantization, 16 blocks at a time"). Each square is exact in
-// double.
+// "Row-wise steps"). Each square is exact in double.
 inline double sum_of_squares_portable(const float* x, int64_t n) {
   double p[16] = {};
   int64_t i = 0;

@@ -6,7 +6,7 @@
 // and its norm's or gate's rows. Allocated and freed on the heap each time
 // (64-byte aligned, glibc's memalign path), they were ~2-4 % of the step's
 // samples, on the calling thread, while the other threads waited
-// (docs/quantized-weights.md, "The batch-1 decode step on the Zen 5").
+// (docs/quantized-weights.md, "A decode step's buffers").
 #pragma once
 
 #include <cstdint>

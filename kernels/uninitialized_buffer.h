@@ -2,9 +2,8 @@
 // written before it is read, and zeroing megabytes serially cost 1-2 % of a
 // prefill), on a 64-byte boundary, so that each 64-byte row of a tile or a
 // zmm register sits in one cache line. new[] aligns to 16 bytes only: every
-// such row then straddles two lines, and the AMX prompt attention took 1.5x
-// as long (docs/quantized-weights.md, "Aligned operands"). Internal to
-// kernels/.
+// such row then straddles two lines, and each load costs two
+// (docs/quantized-weights.md, "Prompt attention"). Internal to kernels/.
 #pragma once
 
 #include <cstddef>

@@ -25,7 +25,7 @@ What runs:
   exact path; transformers runs the file in float32.
 
 Writes bench/results/int8_agreement_llama_cpp.json. Nothing here asserts a
-threshold: the figures are for the docs and the closing notes.
+threshold: the figures are for docs/quantized-weights.md.
 
   PEERS_DIR=/work/peers flock /tmp/cpu.lock .venv/bin/python bench/int8_agreement_llama_cpp.py
 """

@@ -29,7 +29,8 @@ only the cached entries are (tests/python/test_model_parity.py measures the
 decode form for the caches that exist).
 
 Writes bench/results/low_precision_study.json. Nothing is asserted: the
-figures are for docs/quantized-weights.md and the closing notes.
+figures are for docs/quantized-weights.md ("Why the int8 paths stay under
+99 %") and docs/kv-cache-and-scheduling.md ("int8 KV cache").
 
   flock /tmp/cpu.lock .venv/bin/python bench/low_precision_study.py
 """

@@ -4,16 +4,16 @@ requests interleaved, so that both servers see the same machine.
 
 Why: the team's side-by-side harness (docs/testing-and-measuring.md,
 "Benchmarks": it lives outside the repository) runs one server after the
-other, and this VM's speed drifts by 20 % within a run (docs/quantized-
-weights.md, "Run k"), which lands in the ratios. Here both servers are up at
-once and take turns: each round sends the W2 prompt to vLLM, to snapserve
-without compression and to snapserve with SnapKV C=512, in a rotating order,
-one request at a time. The ratio of each round is taken, and their median is
-reported. After each request the script waits until that server's processes
-are quiet (vLLM's stay busy for a second or more after a request, which made
-the next snapserve request ~1.5x slower in a first run without the wait).
-Each server's CPU time while the *other* one works is recorded, to show that
-neither disturbed the other.
+other, and a shared VM's speed can drift by a fifth within a run
+(docs/performance.md, "How to read the figures"), which lands in the ratios.
+Here both servers are up at once and take turns: each round sends the W2
+prompt to vLLM, to snapserve without compression and to snapserve with SnapKV
+C=512, in a rotating order, one request at a time. The ratio of each round
+is taken, and their median is reported. After each request the script
+waits until that server's processes are quiet (vLLM's stay busy for a second
+or more after a request and would take cores from the next snapserve
+request). Each server's CPU time while the *other* one works is recorded,
+to show that neither disturbed the other.
 
 Requests (--workload): W2, the harness's W2 prompt ($PEERS_DIR/prompts.json,
 "w2": 2,048 token ids), one new token, greedy. W3, the harness's 16 W3

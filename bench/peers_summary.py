@@ -5,7 +5,7 @@ bench/results/peers_<tag>.json: per configuration the medians over reps of
 each figure, and snapserve / peer ratios (>1: snapserve better; for latencies
 the ratio is peer / snapserve).
 
-    .venv/bin/python bench/peers_summary.py --tag 2026-12-01b \\
+    .venv/bin/python bench/peers_summary.py --tag <run name> \\
         --snap step256=/work/peers/results/r2/step256.json ... \\
         --peer llama-q41=/work/peers/results/r2/llama-q41.json ...
 

@@ -85,9 +85,9 @@ def parse_args(argv=None):
 
 
 def child_env():
-    """libgomp's default spin-wait makes 2-thread steps ~25x slower when other
-    processes share the cores (seen here: 1.7 s instead of 66 ms per SmolLM2
-    step); a passive wait costs little on an idle machine."""
+    """libgomp's default spin-wait makes 2-thread steps many times slower when
+    other processes share the cores (each spinning worker holds a core another
+    thread needs); a passive wait costs little on an idle machine."""
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env

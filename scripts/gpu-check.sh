@@ -36,7 +36,7 @@ TORCH_DIR="$("$PY" -c 'import torch;print(torch.utils.cmake_prefix_path)')/Torch
 BUILD="$ROOT/build-gpu"
 start=$(date +%s)
 # The system compiler, whose libstdc++.so.6 is the one PyTorch, the CUDA
-# libraries and libsentencepiece load. The 2026-12-04 H200 image sets CXX,
+# libraries and libsentencepiece load. The H200 machine's image sets CXX,
 # CC and CUDAHOSTCXX to /opt/gcc/bin/g++, a wrapper that links libstdc++
 # statically (the executables held their own std::locale code), so a second
 # copy of libstdc++ ran beside the shared one. CXX is therefore not read
@@ -71,9 +71,9 @@ done
 # batch-16 decode steps; for the presets in GPU_PROFILE_PRESETS (default the
 # 1B), the kernels of short decode runs and their time per step against the
 # measured step (--profile, in bench-synthetic.log; about 30 s per preset).
-# GPU_BENCH_PRESETS= (empty) skips it. On 2026-12-04 a run that profiled
-# both presets over 64-step runs went past 570 s from a cold machine (the
-# 8B's results were lost); profiled runs are now 10 steps, the 1B only.
+# GPU_BENCH_PRESETS= (empty) skips it. Profiled runs are 10 steps and the
+# 1B only: profiling both presets over 64-step runs takes longer than a cold
+# machine's 570 s limit leaves.
 presets="${GPU_BENCH_PRESETS-llama-3.2-1b,llama-3.1-8b}"
 if [ -n "$presets" ]; then
   SNAPSERVE_BUILD_DIR="$BUILD" "$PY" bench/synthetic_decode.py --device cuda \

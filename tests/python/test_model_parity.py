@@ -239,7 +239,7 @@ def test_real_bfloat16_top1_agreement(torch_ops, real, model_path, long_fp32):
 # --decode-dot=bfloat16 (kernels/decode_dot.h): every decode step's linears
 # take bfloat16 dot products (activations rounded to bfloat16, float32
 # accumulation), the issue's bfloat16 compute at decode, whose bar is 98 %.
-# Measured 0.9945 on these 2000 positions (2026-12-05); transformers' own
+# Measured 0.9945 on these 2000 positions (an AMX Xeon); transformers' own
 # bfloat16 model, which also rounds every output, the attention and the
 # residual stream, keeps 97.2 %.
 BF16_DOT_DECODE_FROM = 48  # prompt tokens prefilled; the 2000 after are decode steps
@@ -271,13 +271,13 @@ def test_real_bfloat16_dot_decode_top1_agreement(torch_ops, real, hf_model_dir, 
 # --kv-cache-dtype: decode steps read earlier tokens' K/V from the paged cache.
 # A float32 cache must reproduce transformers as closely as prefill does; a
 # bfloat16 cache rounds every cached key and value to 8 mantissa bits, which
-# flips some near-tie next-token choices: measured 2026-12-02, 399 of 400
+# flips some near-tie next-token choices: measured 399 of 400
 # (0.9975) top-1 agree with transformers, max logit difference 0.34; the floor
 # leaves room for a few more near-ties on another CPU path.
 KV_BF16_MIN_AGREEMENT = 0.98
 # An int8 cache (kernels/kv_append.h: 16 values per float32 scale) rounds
 # keys and values to ~2^-8 of their group's largest value, coarser than
-# bfloat16's 2^-8 of each value: measured 2026-12-05 on the AMX Xeon, 393 of
+# bfloat16's 2^-8 of each value: measured on an AMX Xeon, 393 of
 # 400 (0.9825) top-1 agree with transformers, max logit difference 0.65
 # (rounding the whole prompt's K and V this way inside transformers keeps
 # 0.990 of 2,048: bench/low_precision_study.py). The floor leaves room for a

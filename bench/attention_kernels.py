@@ -113,7 +113,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--out", default="attention_kernels.json")
+    ap.add_argument("--out", default="runs/attention_kernels.json", help="file under bench/results/")
     ap.add_argument("--block-size", type=int, default=16, help="the server's --block-size")
     c.add_torch_ops_argument(ap)
     args = ap.parse_args()

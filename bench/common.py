@@ -21,6 +21,9 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+# Every run writes here (ignored by git); a baseline is a file copied from
+# here into RESULTS on purpose, so a run never overwrites a tracked baseline.
+RUNS = RESULTS / "runs"
 
 # The helpers shared with tests/python live in snapserve_testkit/ at the
 # repository root, imported from there without installing anything.
@@ -342,8 +345,9 @@ def have_matplotlib():
 
 
 def write_json(name, payload):
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    """Writes payload to RESULTS / name; name may hold a folder (runs/...)."""
     path = RESULTS / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
     print(f"wrote {path}")
     return path

@@ -1,6 +1,6 @@
 """Benchmark: a batch-1 decode step through the server against the machine's
 memory bandwidth, measured in turns within one run. Writes
-bench/results/decode_roofline.json (or --out's name there).
+bench/results/runs/decode_roofline.json (or --out's name under bench/results/).
 
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/decode_roofline.py \
         [--rounds 12] [--server-args "--quantized-dot=int8 ..."] [--out NAME.json]
@@ -79,7 +79,7 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--server-args", default=DEFAULT_SERVER_ARGS)
-    ap.add_argument("--out", default="decode_roofline.json",
+    ap.add_argument("--out", default="runs/decode_roofline.json",
                     help="file name under bench/results/")
     args = ap.parse_args()
 

@@ -1,6 +1,6 @@
 """Benchmark: snapserve end-to-end decode throughput and inter-token latency,
 KV-memory capacity with and without SnapKV, and the decode step vs the memory
-roofline. Writes bench/results/engine_throughput.json (+ .png when matplotlib
+roofline. Writes bench/results/runs/engine_throughput.json (+ .png when matplotlib
 is importable).
 
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/engine_throughput.py [--full]
@@ -225,7 +225,7 @@ def main():
     ap.add_argument("--concurrency", type=ints, default=None, help="override, e.g. 16")
     ap.add_argument("--lengths", type=ints, default=None, help="override, e.g. 512,4096")
     ap.add_argument("--max-new", type=int, default=None, help="override new tokens per request")
-    ap.add_argument("--out", default="engine_throughput.json", help="file under bench/results/")
+    ap.add_argument("--out", default="runs/engine_throughput.json", help="file under bench/results/")
     args = ap.parse_args()
 
     if args.full:
@@ -355,10 +355,10 @@ def main():
             payload["capacity_observed"] = {"error": repr(e)}
     machine["load_avg_end"] = os.getloadavg()
 
-    png = c.RESULTS / (pathlib.Path(args.out).stem + ".png")
+    png = (c.RESULTS / args.out).with_suffix(".png")
     if c.have_matplotlib():
         try:
-            c.RESULTS.mkdir(parents=True, exist_ok=True)
+            png.parent.mkdir(parents=True, exist_ok=True)
             plot(png, summary_cells(summary, methods), methods)
             payload["png"] = str(png.relative_to(c.ROOT))
             cdf = png.with_name(png.stem + "_latency.png")

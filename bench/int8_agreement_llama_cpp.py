@@ -24,7 +24,7 @@ What runs:
   tests/python/test_quant_blocks.py) with --quantized-dot=int8 and with the
   exact path; transformers runs the file in float32.
 
-Writes bench/results/int8_agreement_llama_cpp.json. Nothing here asserts a
+Writes bench/results/runs/int8_agreement_llama_cpp.json. Nothing here asserts a
 threshold: the figures are for docs/quantized-weights.md.
 
   PEERS_DIR=/work/peers flock /tmp/cpu.lock .venv/bin/python bench/int8_agreement_llama_cpp.py
@@ -52,7 +52,7 @@ def parse_args(argv=None):
     ap.add_argument("--model", default=str(model_path()))
     ap.add_argument("--ctx", type=int, default=512, help="chunk size; the second half is scored")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default="int8_agreement_llama_cpp.json", help="file under bench/results/")
+    ap.add_argument("--out", default="runs/int8_agreement_llama_cpp.json", help="file under bench/results/")
     return ap.parse_args(argv)
 
 

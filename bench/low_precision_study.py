@@ -28,7 +28,7 @@ The whole prompt's K and V are rounded at once: harsher than decode, where
 only the cached entries are (tests/python/test_model_parity.py measures the
 decode form for the caches that exist).
 
-Writes bench/results/low_precision_study.json. Nothing is asserted: the
+Writes bench/results/runs/low_precision_study.json. Nothing is asserted: the
 figures are for docs/quantized-weights.md ("Why the int8 paths stay under
 99 %") and docs/kv-cache-and-scheduling.md ("int8 KV cache").
 
@@ -164,7 +164,7 @@ def main():
         llama.eager_attention_forward = attention
         print("kv", variant, kv[variant], flush=True)
 
-    common.write_json("low_precision_study.json", {
+    common.write_json("runs/low_precision_study.json", {
         "benchmark": "low_precision_study",
         "date": time.strftime("%Y-%m-%d"),
         "config": {"model": str(MODEL.relative_to(ROOT)), "text": str(TEXT),

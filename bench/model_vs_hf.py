@@ -4,7 +4,7 @@ eager on the same model, dtype and thread count, in the same process and run.
 Figures: prefill tokens/s (n=512, 2048; last-position logits only on both
 sides) and batch-1 greedy decode tokens/s (after a 128-token prompt). Each is
 the median of --runs runs; ratios are snapserve / transformers. Writes
-bench/results/model_vs_hf.json.
+bench/results/runs/model_vs_hf.json.
 
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/model_vs_hf.py [--threads N]
 """
@@ -57,7 +57,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--decode-steps", type=int, default=64)
     ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "model_vs_hf.json"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "runs" / "model_vs_hf.json"))
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)  # one ATen pool: both sides get the same threads

@@ -33,7 +33,7 @@ space, prefix caching off, as the harness configures it). snapserve runs this
 build with the flags of --snap-args.
 
   PEERS_DIR=/work/peers flock /tmp/cpu.lock .venv/bin/python bench/peers_interleaved.py \
-      [--workload w3 --rounds 7 --out peers_interleaved_w3.json]
+      [--workload w3 --rounds 7 --out runs/peers_interleaved_w3.json]
 """
 import argparse
 import http.client
@@ -65,7 +65,7 @@ def parse_args(argv=None):
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--snap-args", default=SNAP_ARGS)
     ap.add_argument("--vllm-start-timeout", type=float, default=900)
-    ap.add_argument("--out", default="peers_interleaved.json", help="file name under bench/results/")
+    ap.add_argument("--out", default="runs/peers_interleaved.json", help="file under bench/results/")
     return ap.parse_args(argv)
 
 

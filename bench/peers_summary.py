@@ -1,7 +1,7 @@
 """Summarizes one side-by-side run of the team's peers harness (kept outside
 the repository; docs/testing-and-measuring.md: snapserve, llama.cpp, vLLM on
 the same machine, model and threads, workloads W1-W3) into
-bench/results/peers_<tag>.json: per configuration the medians over reps of
+bench/results/runs/peers_<tag>.json: per configuration the medians over reps of
 each figure, and snapserve / peer ratios (>1: snapserve better; for latencies
 the ratio is peer / snapserve).
 
@@ -68,7 +68,8 @@ def main():
                 if a and b:
                     row[name] = round(a / b if higher else b / a, 3)
             ratios.append(row)
-    out = pathlib.Path(__file__).resolve().parent / "results" / f"peers_{args.tag}.json"
+    out = pathlib.Path(__file__).resolve().parent / "results" / "runs" / f"peers_{args.tag}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"benchmark": "peers", "tag": args.tag, "configs": configs,
                                "ratios_snapserve_over_peer": ratios}, indent=1))
     for name, c in configs.items():

@@ -1,6 +1,6 @@
 """Benchmark: the compression policies against each other and against
 kvpress's presses at equal budgets (docs/compression-policies.md). Writes
-bench/results/policies.json and bench/results/policies.png.
+bench/results/runs/policies.json and bench/results/runs/policies.png.
 
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/policies.py
 
@@ -297,7 +297,7 @@ def main():
     ap.add_argument("--answer-tokens", type=int, default=10)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=20240415)
-    ap.add_argument("--out", default=str(c.RESULTS / "policies.json"))
+    ap.add_argument("--out", default=str(c.RUNS / "policies.json"))
     args = ap.parse_args()
     start = time.time()
     torch.set_num_threads(args.threads)
@@ -341,6 +341,7 @@ def main():
         "seconds": round(time.time() - start, 1),
     }
     out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     plotted = plot(rows, args.capacities, out.with_suffix(".png"))
     log(f"wrote {out}" + (" and the PNG" if plotted else " (no matplotlib: no PNG)"))

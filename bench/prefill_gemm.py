@@ -82,7 +82,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=9)
-    ap.add_argument("--out", default="prefill_gemm.json")
+    ap.add_argument("--out", default="runs/prefill_gemm.json", help="file under bench/results/")
     c.add_torch_ops_argument(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -79,7 +79,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=32)
-    ap.add_argument("--out", default="quantized_decode.json")
+    ap.add_argument("--out", default="runs/quantized_decode.json", help="file under bench/results/")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from snapserve_testkit.paths import build_dir

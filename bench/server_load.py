@@ -1,4 +1,4 @@
-"""Benchmark: snapserve under open-loop load. Writes bench/results/server_load.json.
+"""Benchmark: snapserve under open-loop load. Writes bench/results/runs/server_load.json.
 
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/server_load.py [--full]
 
@@ -165,7 +165,7 @@ def main():
                        "ttft_p50_snapkv_over_none": c.ratio(b["ttft_p50_ms"], a["ttft_p50_ms"]),
                        "itl_p50_snapkv_over_none": c.ratio(b["itl_p50_ms"], a["itl_p50_ms"])})
     machine["load_avg_end"] = os.getloadavg()
-    c.write_json("server_load.json", {
+    c.write_json("runs/server_load.json", {
         "benchmark": "server_load", "config": config, "machine": machine,
         "grpc_overhead_method": "client latency (send -> end of stream) minus Usage.total_ms "
                                 "(server-side queue + compute) per OK request; the same for TTFT",

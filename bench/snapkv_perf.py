@@ -1,5 +1,5 @@
 """Benchmark: what SnapKV costs and saves inside snapserve. Writes
-bench/results/snapkv_perf.json.
+bench/results/runs/snapkv_perf.json.
 
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/snapkv_perf.py [--full]
 
@@ -166,7 +166,7 @@ def main():
     except Exception as e:  # noqa: BLE001
         mem = {"error": repr(e)}
     machine["load_avg_end"] = os.getloadavg()
-    c.write_json("snapkv_perf.json", {
+    c.write_json("runs/snapkv_perf.json", {
         "benchmark": "snapkv_perf", "config": config, "machine": machine,
         "model_info": {"num_layers": info.num_layers, "num_key_value_heads": info.num_key_value_heads,
                        "head_dim": info.head_dim, "dtype": info.dtype, "device": info.device},

@@ -19,7 +19,7 @@ prompt's own attention is the same with and without SnapKV (docs/snapkv.md, step
    the kept cache; top-1 agreement with the full cache and mean KL(full||snapkv)
    over those positions.
 
-Writes bench/results/snapkv_quality.json and bench/results/snapkv_quality.png
+Writes bench/results/runs/snapkv_quality.json and bench/results/runs/snapkv_quality.png
 (matplotlib: `pip install matplotlib` into the venv; without it, only the JSON).
 
     .venv/bin/python bench/snapkv_quality.py [--trials 2] [--time-budget 840]
@@ -233,7 +233,7 @@ def main():
     ap.add_argument("--seed", type=int, default=20240415)
     ap.add_argument("--time-budget", type=float, default=840,
                     help="seconds; no new passkey prompt starts after it (reported)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "snapkv_quality.json"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "runs" / "snapkv_quality.json"))
     args = ap.parse_args()
 
     start = time.time()

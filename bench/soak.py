@@ -1,4 +1,4 @@
-"""Benchmark: soak and faults. Writes bench/results/soak.json.
+"""Benchmark: soak and faults. Writes bench/results/runs/soak.json.
 
     SNAPSERVE_BUILD_DIR=build .venv/bin/python bench/soak.py [--minutes 60]
 
@@ -278,7 +278,7 @@ def main():
     ap.add_argument("--no-prefault", action="store_true",
                     help="leave --kv-cache-prefault off (the KV cache then becomes "
                          "resident as blocks are first used)")
-    ap.add_argument("--out", default=str(c.RESULTS / "soak.json"))
+    ap.add_argument("--out", default=str(c.RUNS / "soak.json"))
     args = ap.parse_args()
     server_args = [f"--threads={args.threads}",
                    f"--kv-cache-prefault={'false' if args.no_prefault else 'true'}"]

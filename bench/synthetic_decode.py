@@ -31,7 +31,7 @@ activations), bfloat16 for bf16, float16 for f16, float32 for f32.
 
 Default: llama-3.2-1b in q4_1, q8_0 and bf16, 2 threads, 3 runs. --quick: 1 run
 and fewer tokens (a smoke run). --full adds llama-3.1-8b in q4_k and q8_0
-(~4.6 and ~8.5 GB of weights). Writes bench/results/synthetic_decode.json.
+(~4.6 and ~8.5 GB of weights). Writes bench/results/runs/synthetic_decode.json.
 """
 import argparse
 import json
@@ -75,7 +75,7 @@ def parse_args(argv=None):
                          "(torch.profiler; for --device cuda)")
     ap.add_argument("--quick", action="store_true", help="1 run, fewer tokens (smoke run)")
     ap.add_argument("--full", action="store_true", help="also llama-3.1-8b in q4_k and q8_0")
-    ap.add_argument("--out", default="synthetic_decode.json", help="file name under bench/results/")
+    ap.add_argument("--out", default="runs/synthetic_decode.json", help="file under bench/results/")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # one spec, JSON on the last stdout line
     args = ap.parse_args(argv)
     if args.quick:

@@ -1,5 +1,5 @@
 """The /metrics HTTP server under hostile clients (server/metrics_http.h,
-docs/metrics.md "The endpoint"): a slow-loris client or hundreds of idle
+docs/metrics.md "Endpoint"): a slow-loris client or hundreds of idle
 connections do not delay scrapes; the slow client is cut off at the head
 timeout (5 s), idle ones at the idle timeout (2 s); oversized heads get 431;
 no descriptor is left behind and SIGTERM with clients connected exits at once.

@@ -57,7 +57,7 @@ Status CheckRequest(const engine::Engine& engine, const v1::GenerateRequest& req
 // message the log keeps when the client got only a summary (INTERNAL, ToGrpc).
 // One `kv_cache_compressed` line per request whose prompt KV the engine
 // compressed: the event the seed's CloudWatch Logs Insights query filters on
-// (README, "Logs"), with the policy that chose what to keep.
+// (README, "Logs Insights queries"), with the policy that chose what to keep.
 void LogCompression(const std::string& request_id, const engine::Usage& usage) {
   LogEvent("info", "kv_cache_compressed",
            {{"request_id", Bounded(request_id)},

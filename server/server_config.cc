@@ -174,9 +174,7 @@ const std::vector<FlagGroup>& FlagGroups() {
             "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)",
             [](ServerConfig& c, const std::string& v) { return c.tls_client_ca = v, ""; },
             [](const ServerConfig& c) { return c.tls_client_ca; }},
-           {"auth-token-file",
-            "file holding one bearer token; every Generation call must then send metadata "
-            "'authorization: Bearer <token>' (health checks stay open)",
+           {"auth-token-file", "file holding one bearer token that every Generation call must send",
             [](ServerConfig& c, const std::string& v) {
               return v.empty() ? "must not be empty" : (c.auth_token_file = v, "");
             },
@@ -212,8 +210,7 @@ const std::vector<FlagGroup>& FlagGroups() {
             },
             [](const ServerConfig& c) { return std::to_string(c.engine.kv_cache_memory_bytes); }},
            {"kv-cache-prefault",
-            "true|false: write the whole KV cache once at start, so resident memory is the full "
-            "cache from the first second and stays flat under load",
+            "true|false: write the whole KV cache at start, so resident memory stays flat",
             [](ServerConfig& c, const std::string& v) {
               if (v != "true" && v != "false")
                 return "expected true or false, got '" + Bounded(v) + "'";
@@ -244,8 +241,7 @@ const std::vector<FlagGroup>& FlagGroups() {
             },
             [](const ServerConfig& c) { return std::to_string(c.engine.default_max_new_tokens); }},
            {"max-step-tokens",
-            "prompt tokens one step computes, beside one token per decoding request "
-            "(prompts are cut into chunks of this size: chunked prefill)",
+            "prompt tokens one step computes beside its decode tokens (the prefill's chunk)",
             [](ServerConfig& c, const std::string& v) {
               return SetInt(c.engine.max_step_tokens, v, 1, 1 << 20);
             },
@@ -262,7 +258,8 @@ const std::vector<FlagGroup>& FlagGroups() {
             [](const ServerConfig& c) {
               return std::string(engine::kv_method_name(c.engine.default_kv_compression.method));
             }},
-           {"snapkv-window", "SnapKV observation window w",
+           {"snapkv-window",
+            "observation window w of the scored methods (SnapKV, AdaKV, PyramidKV)",
             [](ServerConfig& c, const std::string& v) {
               return SetInt(c.engine.default_kv_compression.window, v, 1, 1 << 20);
             },
@@ -270,7 +267,7 @@ const std::vector<FlagGroup>& FlagGroups() {
               return std::to_string(c.engine.default_kv_compression.window);
             }},
            {"snapkv-capacity",
-            "SnapKV prompt entries kept per layer and KV head (C, window included)",
+            "prompt entries kept per layer and KV head, C (every method; window included)",
             [](ServerConfig& c, const std::string& v) {
               return SetInt(c.engine.default_kv_compression.capacity, v, 2, 1 << 24);
             },

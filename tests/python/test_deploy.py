@@ -163,7 +163,7 @@ def test_dockerfile_contract():
     lines = [l.strip() for l in text.replace("\\\n", " ").splitlines() if l.strip() and not l.strip().startswith("#")]
     froms = [l for l in lines if l.upper().startswith("FROM ")]
     assert len(froms) == 2, froms
-    # The bases are build arguments (a Debian base for CPU images, README "The
+    # The bases are build arguments (a Debian base for CPU images, README "Container
     # image"); their defaults are the production CUDA images.
     defaults = dict(re.findall(r"^ARG (\w+)=(\S+)", text, re.M))
     assert froms[0] == "FROM ${BUILDER_IMAGE} AS builder", froms[0]

@@ -7,7 +7,7 @@ import subprocess
 import time
 
 from snapserve_testkit.metrics import scrape
-from snapserve_testkit.paths import build_dir
+from snapserve_testkit.paths import build_dir, extra_server_args
 
 
 def free_port():
@@ -54,7 +54,7 @@ class SnapserveProcess:
                     f"--metrics-port={self.metrics_port}"]
         if precision is not None and not any(a.startswith("--precision") for a in args):
             self.cmd.append(f"--precision={precision}")
-        self.cmd += list(args)
+        self.cmd += list(args) + extra_server_args()
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.log_path = build_dir() / f"snapserve-{log_name}-{self.port}.log"

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -30,6 +31,52 @@ bool DtypeFromString(const std::string& s, SafetensorsDtype* out, uint64_t* elem
     return false;
   }
   return true;
+}
+
+std::string Named(const std::string& name) { return "tensor `" + Bounded(name) + "`"; }
+
+std::string Range(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+// The reference implementation's rule (safetensors' Metadata::validate and
+// deserialize): sorted by (begin, end), each tensor starts where the one
+// before it ends, the first at 0, and the last ends the file. So no two
+// tensors share a byte (else one tensor's weights would silently be another's)
+// and no byte belongs to none (the format forbids holes, which would let a
+// file be two formats at once). Header order is free; empty tensors may sit
+// at any boundary.
+std::string UntiledTensors(std::vector<const SafetensorsTensor*> order, const uint8_t* data,
+                           uint64_t data_size) {
+  auto begin = [&](const SafetensorsTensor* t) { return static_cast<uint64_t>(t->data - data); };
+  auto end = [&](const SafetensorsTensor* t) { return begin(t) + t->nbytes; };
+  std::sort(order.begin(), order.end(),
+            [&](const SafetensorsTensor* a, const SafetensorsTensor* b) {
+              return std::make_pair(begin(a), end(a)) < std::make_pair(begin(b), end(b));
+            });
+  uint64_t covered = 0;  // bytes [0, covered) belong to the tensors so far
+  for (size_t i = 0; i < order.size(); ++i) {
+    const SafetensorsTensor* t = order[i];
+    if (begin(t) < covered) {
+      const SafetensorsTensor* prev = order[i - 1];
+      return Named(prev->name) + " (bytes " + Range(begin(prev), end(prev)) + ") overlaps " +
+             Named(t->name) + " (bytes " + Range(begin(t), end(t)) + ")";
+    }
+    if (begin(t) > covered) {
+      return "bytes " + Range(covered, begin(t)) + " of the data section belong to no tensor (" +
+             (i == 0 ? "the first tensor, " + Named(t->name) + ", must start at 0"
+                     : "between " + Named(order[i - 1]->name) + " and " + Named(t->name)) +
+             ")";
+    }
+    covered = end(t);
+  }
+  if (covered < data_size) {
+    return "bytes " + Range(covered, data_size) + " of the data section belong to no tensor (" +
+           (order.empty() ? std::string("the header lists none")
+                          : "after the last, " + Named(order.back()->name)) +
+           ")";
+  }
+  return "";
 }
 
 }  // namespace
@@ -154,6 +201,12 @@ Status SafetensorsFile::Parse() {
     t.nbytes = end - begin;
     index_[name] = tensors_.size();
     tensors_.push_back(std::move(t));
+  }
+  std::vector<const SafetensorsTensor*> order;
+  order.reserve(tensors_.size());
+  for (const SafetensorsTensor& t : tensors_) order.push_back(&t);
+  if (std::string why = UntiledTensors(std::move(order), data, data_size); !why.empty()) {
+    return bad(why);
   }
   return Status::Ok();
 }

@@ -6,6 +6,8 @@
 // Every offset and size is checked against the file before it is trusted, and
 // a header length above kMaxHeaderBytes is rejected before anything is
 // allocated, so a corrupt file fails with a Status naming file and tensor.
+// As in the reference implementation, the tensors must tile the data section
+// exactly: overlapping tensors and bytes that belong to no tensor are refused.
 #pragma once
 
 #include <cstdint>

@@ -152,6 +152,55 @@ TEST_F(SafetensorsTest, ErrorsBoundTheEchoedNameAndDtype) {
   EXPECT_LT(f.status().message().size(), 1000u);
 }
 
+// The tiling rule of the reference implementation (safetensors'
+// Metadata::validate): tests/python/test_safetensors_bad_files.py checks the
+// same cases against the safetensors package itself.
+TEST_F(SafetensorsTest, RejectsOverlappingTensors) {
+  const std::string p = Path("o.safetensors");
+  const std::string header = R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+      "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})";
+  WriteRaw(p, header.size(), header, 24);
+  ExpectError(SafetensorsFile::Open(p), p, "tensor `a` (bytes [0, 16)) overlaps tensor `b`");
+  // The same bytes twice: one tensor would serve another's weights.
+  const std::string twice = R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+      "b": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})";
+  WriteRaw(p, twice.size(), twice, 16);
+  ExpectError(SafetensorsFile::Open(p), p, "(bytes [0, 16)) overlaps");
+  // An empty tensor inside another one's bytes.
+  const std::string inside = R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+      "e": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]}})";
+  WriteRaw(p, inside.size(), inside, 16);
+  ExpectError(SafetensorsFile::Open(p), p, "overlaps tensor `e`");
+}
+
+TEST_F(SafetensorsTest, RejectsBytesThatBelongToNoTensor) {
+  const std::string p = Path("g.safetensors");
+  const std::string hole = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]}})";
+  WriteRaw(p, hole.size(), hole, 24);
+  ExpectError(SafetensorsFile::Open(p), p, "bytes [8, 16) of the data section belong to no tensor");
+  const std::string late = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})";
+  WriteRaw(p, late.size(), late, 16);
+  ExpectError(SafetensorsFile::Open(p), p, "the first tensor, tensor `a`, must start at 0");
+  const std::string tail = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})";
+  WriteRaw(p, tail.size(), tail, 16);
+  ExpectError(SafetensorsFile::Open(p), p, "bytes [8, 16) of the data section belong to no tensor");
+  WriteRaw(p, 2, "{}", 8);
+  ExpectError(SafetensorsFile::Open(p), p, "the header lists none");
+}
+
+TEST_F(SafetensorsTest, AcceptsAnyHeaderOrderAndEmptyTensorsAtBoundaries) {
+  const std::string p = Path("k.safetensors");
+  const std::string header = R"({"b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},
+      "end": {"dtype": "F32", "shape": [0], "data_offsets": [16, 16]},
+      "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "start": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]}})";
+  WriteRaw(p, header.size(), header, 16);
+  auto f = SafetensorsFile::Open(p);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ((*f)->Find("b")->data, (*f)->Find("a")->data + 8);
+}
+
 // A tiny Llama directory: 1 layer, hidden 8, 2 heads of 4, 1 KV head.
 const char* kTinyConfig = R"({"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8,
   "intermediate_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,

@@ -14,6 +14,7 @@
 #include "engine/model/gguf_file.h"
 #include "engine/tokenizer/bpe_model.h"
 #include "engine/tokenizer/tokenizer_loader.h"
+#include "engine/tokenizer/unicode.h"
 
 namespace snapserve::tokenizer {
 
@@ -24,8 +25,55 @@ constexpr std::string_view kLlama3Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-// llama.cpp's token types (tokenizer.ggml.token_type).
-enum GgufTokenType : int64_t { kNormal = 1, kControl = 3, kUserDefined = 4 };
+// llama.cpp's token types (tokenizer.ggml.token_type, its llama_token_type):
+// 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused,
+// 6 byte. Only control and user-defined change how text is split.
+enum GgufTokenType : int64_t { kControl = 3, kUserDefined = 4, kLastTokenType = 6 };
+
+namespace {
+
+// Offset of the first byte of `text` that starts no valid UTF-8 sequence, or
+// npos when all of it is valid.
+size_t FirstInvalidUtf8(std::string_view text) {
+  for (size_t at = 0; at < text.size();) {
+    bool incomplete = false;
+    const size_t n = ValidSequenceLength(text.substr(at), &incomplete);
+    if (n == 0) return at;
+    at += n;
+  }
+  return std::string_view::npos;
+}
+
+// GGUF strings are UTF-8 (a byte-level BPE token never holds anything else),
+// and a token type outside llama.cpp's enum means nothing: either is a
+// corrupt vocabulary. Accepted, a control token whose type was corrupted to
+// such a value would be read as plain text and every prompt holding it would
+// tokenize differently; refused, the load fails with the entry named. A type
+// corrupted into another valid one (3 <-> 1) stays undetectable.
+Status CheckGgufVocabulary(const std::vector<std::string>& tokens,
+                           const std::optional<std::vector<int64_t>>& types) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (const size_t bad = FirstInvalidUtf8(tokens[i]); bad != std::string_view::npos) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      const auto byte = static_cast<unsigned char>(tokens[i][bad]);
+      return Status::InvalidArgument("tokenizer.ggml.tokens[" + std::to_string(i) +
+                                     "] is not valid UTF-8 (byte 0x" + kHex[byte >> 4] +
+                                     kHex[byte & 15] + " at offset " + std::to_string(bad) + ")");
+    }
+  }
+  for (size_t i = 0; types && i < types->size(); ++i) {
+    const int64_t type = (*types)[i];
+    if (type < 0 || type > kLastTokenType) {
+      return Status::InvalidArgument(
+          "tokenizer.ggml.token_type[" + std::to_string(i) + "] is " + std::to_string(type) +
+          ", not a llama.cpp token type (0 undefined, 1 normal, 2 unknown, 3 control, "
+          "4 user-defined, 5 unused, 6 byte)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 std::unique_ptr<Tokenizer> TokenizerLoader::Make(std::unique_ptr<TokenizerModel> model) {
   std::unique_ptr<Tokenizer> t(new Tokenizer(std::move(model)));
@@ -126,6 +174,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& 
   std::optional<std::vector<int64_t>> types = gguf.GetIntArray("tokenizer.ggml.token_type");
   if (types && types->size() != tokens->size()) {
     return error("tokenizer.ggml.token_type and tokenizer.ggml.tokens differ in length");
+  }
+  if (Status vocabulary = CheckGgufVocabulary(*tokens, types); !vocabulary.ok()) {
+    return error(vocabulary.message());
   }
   StatusOr<ByteLevelBpe> bpe = ByteLevelBpe::Create(*tokens, merges, ignore_merges);
   if (!bpe.ok()) return error(bpe.status().message());

@@ -407,6 +407,101 @@ def test_same_size_type_change_is_not_detectable(layout, model_bytes, tmp_path, 
     assert _open_error(torch_ops, path) == ""  # the file itself is well formed
 
 
+# ---- the vocabulary: token types outside llama.cpp's enum, tokens not UTF-8 ---
+# Such a file is well formed, so only the tokenizer can refuse it. Each case
+# is the real model's metadata written again by gguf-py's GGUFWriter with one
+# entry replaced; gguf-py is the oracle that the entry is invalid (its
+# TokenType enum lacks the value; its reader cannot decode the token).
+
+IM_END = 2  # <|im_end|>, a control token (type 3) in the real model
+
+
+def _write_model(layout, path, replace, with_tensors=True):
+    """The real model rewritten by GGUFWriter, metadata values replaced by
+    `replace` (key -> new contents); without tensors when only the tokenizer
+    is read."""
+    import gguf
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    for key, field in layout.reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        value = replace[key] if key in replace else field.contents()
+        w.add_key_value(key, value, field.types[0], sub_type=sub)
+    if with_tensors:
+        for t in layout.reader.tensors:
+            w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _gguf_reader_token(path, key, index):
+    import gguf
+    return gguf.GGUFReader(str(path)).fields[key].contents(index)
+
+
+def _with_entry(layout, key, index, value):
+    values = layout.reader.fields[key].contents()
+    values[index] = value
+    return {key: values}
+
+
+def test_rewritten_vocabulary_tokenizes_like_the_original(layout, model_path, torch_ops,
+                                                          tmp_path):
+    """The writer path itself changes nothing: the cases below differ from
+    a working file only in the entry they replace."""
+    path = _write_model(layout, tmp_path / "same.gguf", {}, with_tensors=False)
+    text = "<|im_start|>user\nHi there<|im_end|>\n"
+    assert list(torch_ops.tokenize(str(path), text, True)) == list(
+        torch_ops.tokenize(str(model_path), text, True))
+    assert IM_END in torch_ops.tokenize(str(path), text, True)
+
+
+@pytest.mark.parametrize("value", [99, 7, -1])
+def test_token_type_outside_the_enum_is_refused(layout, torch_ops, tmp_path, value):
+    import gguf
+    with pytest.raises(ValueError):
+        gguf.TokenType(value)  # the oracle: not a token type
+    key = "tokenizer.ggml.token_type"
+    assert layout.reader.fields[key].contents(IM_END) == gguf.TokenType.CONTROL
+    path = _write_model(layout, tmp_path / f"type_{value}.gguf",
+                        _with_entry(layout, key, IM_END, value), with_tensors=False)
+    assert gguf.GGUFReader(str(path)).fields[key].contents(IM_END) == value
+    with pytest.raises(RuntimeError) as err:
+        torch_ops.tokenize(str(path), "Hi", True)
+    assert (f"{path}: tokenizer.ggml.token_type[{IM_END}] is {value}, not a llama.cpp token type"
+            in str(err.value)), str(err.value)
+
+
+@pytest.mark.parametrize("token,offset,byte", [(b"\xc4\xa0\xff", 2, "ff"),
+                                               (b"ab\xc3", 2, "c3"),  # cut inside a character
+                                               (b"\xed\xa0\x80", 0, "ed")])  # a surrogate
+def test_token_that_is_not_utf8_is_refused(layout, torch_ops, tmp_path, token, offset, byte):
+    key, index = "tokenizer.ggml.tokens", 1000
+    with pytest.raises(UnicodeDecodeError):
+        token.decode("utf-8")
+    path = _write_model(layout, tmp_path / "not_utf8.gguf",
+                        _with_entry(layout, key, index, token), with_tensors=False)
+    with pytest.raises(UnicodeDecodeError):  # the oracle's reader cannot decode it either
+        _gguf_reader_token(path, key, index)
+    with pytest.raises(RuntimeError) as err:
+        torch_ops.tokenize(str(path), "Hi", True)
+    assert (f"{path}: tokenizer.ggml.tokens[{index}] is not valid UTF-8 (byte 0x{byte} at offset "
+            f"{offset})" in str(err.value)), str(err.value)
+
+
+def test_server_refuses_a_control_token_with_a_corrupt_type(layout, build_dir, tmp_path):
+    """The whole model with <|im_end|>'s type set to 99: accepted, it would be
+    read as plain text and every chat prompt would tokenize differently."""
+    path = _write_model(layout, tmp_path / "im_end_99.gguf",
+                        _with_entry(layout, "tokenizer.ggml.token_type", IM_END, 99))
+    error = startup_error(_start_server(build_dir, path))
+    assert f"{path}: tokenizer.ggml.token_type[{IM_END}] is 99, not a llama.cpp" in error, error
+
+
 # ---- seeded random byte flips in the structural bytes ------------------------
 # Every outcome must be a clean start or a refusal with a message; never a
 # signal, never a silent exit. All flips go through Engine::Create in one

@@ -1,6 +1,9 @@
 #include "server/generation_service.h"
 
 #include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
 
 #include "server/auth.h"
 #include "server/generate_calls.h"
@@ -34,6 +37,10 @@ bool InFlight::WaitIdle(double seconds) {
 
 namespace {
 
+using grpc::internal::MethodHandler;
+using snapserve::v1::GenerateRequest;
+using snapserve::v1::GenerateResponse;
+
 // A streaming call that ends at once with `status` (refused or unimplemented).
 class FinishedWriter final : public grpc::ServerWriteReactor<GenerateStreamResponse> {
  public:
@@ -41,7 +48,109 @@ class FinishedWriter final : public grpc::ServerWriteReactor<GenerateStreamRespo
   void OnDone() override { delete this; }
 };
 
+// gRPC's callback handlers drop the status of a request that does not parse
+// and answer UNIMPLEMENTED with an empty message, which reads as "no such
+// method" (grpcpp/impl/codegen/server_callback_handlers.h, RunHandler). This
+// handler keeps the distinction: a request that parses runs `parsed`; one
+// that does not runs `unparsed`, a handler of the same type, as if it had
+// parsed. Both read only what `parsed`'s Deserialize left (a unary call's
+// message holder in the call's arena, a stream's null request), so running
+// either on it is what the generated handler would do.
+class ParseCheckedHandler final : public MethodHandler {
+ public:
+  ParseCheckedHandler(MethodHandler* parsed, MethodHandler* unparsed)
+      : parsed_(parsed), unparsed_(unparsed) {}
+
+  void* Deserialize(grpc_call* call, grpc_byte_buffer* request, grpc::Status* status,
+                    void** handler_data) override {
+    return parsed_->Deserialize(call, request, status, handler_data);
+  }
+
+  void RunHandler(const HandlerParameter& param) override {
+    if (param.status.ok()) {
+      parsed_->RunHandler(param);
+      return;
+    }
+    unparsed_->RunHandler(HandlerParameter(param.call, param.server_context, param.request,
+                                           grpc::Status::OK, param.internal_data,
+                                           param.call_requester));
+  }
+
+ private:
+  std::unique_ptr<MethodHandler> parsed_;
+  std::unique_ptr<MethodHandler> unparsed_;
+};
+
+using Refusal = std::function<grpc::Status(const grpc::CallbackServerContext*, const std::string&)>;
+
+template <class Request, class Response>
+MethodHandler* CheckedUnary(std::function<grpc::ServerUnaryReactor*(grpc::CallbackServerContext*,
+                                                                    const Request*, Response*)>
+                                run,
+                            Refusal refuse) {
+  using Handler = grpc::internal::CallbackUnaryHandler<Request, Response>;
+  auto finish = [refuse = std::move(refuse), type = Request::default_instance().GetTypeName()](
+                    grpc::CallbackServerContext* ctx, const Request*, Response*) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(refuse(ctx, type));
+    return reactor;
+  };
+  return new ParseCheckedHandler(new Handler(std::move(run)), new Handler(std::move(finish)));
+}
+
+MethodHandler* CheckedStream(std::function<grpc::ServerWriteReactor<GenerateStreamResponse>*(
+                                 grpc::CallbackServerContext*, const GenerateRequest*)>
+                                 run,
+                             Refusal refuse) {
+  using Handler =
+      grpc::internal::CallbackServerStreamingHandler<GenerateRequest, GenerateStreamResponse>;
+  auto finish = [refuse = std::move(refuse),
+                 type = GenerateRequest::default_instance().GetTypeName()](
+                    grpc::CallbackServerContext* ctx, const GenerateRequest*) {
+    return new FinishedWriter(refuse(ctx, type));
+  };
+  return new ParseCheckedHandler(new Handler(std::move(run)), new Handler(std::move(finish)));
+}
+
 }  // namespace
+
+GenerationService::GenerationService(Metrics* metrics) : metrics_(metrics) {
+  // Replaces the generated callback handlers, at the generated indices (the
+  // methods' order in generation.proto); nothing here uses the generated
+  // SetMessageAllocatorFor_* methods, which expect their own handler type.
+  // test_server_faults.py sends unparseable bytes to each method and checks
+  // the message names that method's request type.
+  Refusal refuse = [this](const grpc::CallbackServerContext* ctx, const std::string& type) {
+    return Unparsed(ctx, type);
+  };
+  MarkMethodCallback(0, CheckedUnary<GenerateRequest, GenerateResponse>(
+                            [this](auto* ctx, auto* request, auto* response) {
+                              return Generate(ctx, request, response);
+                            },
+                            refuse));
+  MarkMethodCallback(
+      1, CheckedStream([this](auto* ctx, auto* request) { return GenerateStream(ctx, request); },
+                       refuse));
+  MarkMethodCallback(2,
+                     CheckedUnary<snapserve::v1::TokenizeRequest, snapserve::v1::TokenizeResponse>(
+                         [this](auto* ctx, auto* request, auto* response) {
+                           return Tokenize(ctx, request, response);
+                         },
+                         refuse));
+  MarkMethodCallback(3, CheckedUnary<snapserve::v1::GetModelInfoRequest, snapserve::v1::ModelInfo>(
+                            [this](auto* ctx, auto* request, auto* response) {
+                              return GetModelInfo(ctx, request, response);
+                            },
+                            refuse));
+}
+
+grpc::Status GenerationService::Unparsed(const grpc::CallbackServerContext* ctx,
+                                         const std::string& request_type) const {
+  if (auth_ != nullptr) {
+    if (grpc::Status status = auth_->Check(ctx->client_metadata()); !status.ok()) return status;
+  }
+  return {grpc::StatusCode::INTERNAL, "request bytes do not parse as " + request_type};
+}
 
 grpc::Status GenerationService::Admission(const grpc::CallbackServerContext* ctx) const {
   // Authentication first, so a caller without the token learns nothing about

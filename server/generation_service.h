@@ -1,13 +1,17 @@
 // The snapserve.v1.Generation service on the gRPC callback API: one small
 // reactor per streaming call, no completion-queue state machines. It tracks
 // the calls in flight so that SIGTERM can drain them, and refuses new calls
-// with UNAVAILABLE while the model loads or the server drains.
+// with UNAVAILABLE while the model loads or the server drains. A request whose
+// bytes do not parse as its message gets INTERNAL with a message naming the
+// message type (gRPC's code for "error parsing request proto"), not the
+// callback API's UNIMPLEMENTED with no message.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 #include "engine/engine.h"
 #include "snapserve/v1/generation.grpc.pb.h"
@@ -34,7 +38,7 @@ class InFlight {
 
 class GenerationService final : public snapserve::v1::Generation::CallbackService {
  public:
-  explicit GenerationService(Metrics* metrics) : metrics_(metrics) {}
+  explicit GenerationService(Metrics* metrics);
 
   // Ready: the model is loaded and `engine` serves. Draining: SIGTERM
   // arrived; new calls are refused. The engine must outlive the service.
@@ -64,6 +68,10 @@ class GenerationService final : public snapserve::v1::Generation::CallbackServic
   // UNAUTHENTICATED without the bearer token (when one is configured), then
   // UNAVAILABLE while loading or draining; OK otherwise.
   grpc::Status Admission(const grpc::CallbackServerContext* ctx) const;
+  // A call whose request bytes do not parse: UNAUTHENTICATED without the
+  // bearer token (as Admission), else INTERNAL naming `request_type`.
+  grpc::Status Unparsed(const grpc::CallbackServerContext* ctx,
+                        const std::string& request_type) const;
   // Counts a Generate/GenerateStream call refused before it started.
   void RecordRefused(const grpc::Status& status) const;
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,

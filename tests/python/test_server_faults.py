@@ -1,8 +1,9 @@
 """Faults on a real `snapserve` process, each test with a server of its own
 (tests/python/test_server_e2e.py shares one for everything else): an engine
-fault reaches the client as INTERNAL with only the request id, and SIGTERM
-drains the running streams while new calls are refused (docs/api.md,
-"Status codes"; docs/architecture.md, "Startup and shutdown").
+fault reaches the client as INTERNAL with only the request id, request bytes
+that do not parse get INTERNAL naming the message type, and SIGTERM drains
+the running streams while new calls are refused (docs/api.md, "Status
+codes"; docs/architecture.md, "Startup and shutdown").
 """
 import json
 import signal
@@ -133,3 +134,69 @@ def test_sigterm_drains_running_streams(start_server, model_path, pb):
     assert refused_at < max(finished_at), "streams ended before the refusal was checked"
     assert '"draining"' in server.logs()
 
+
+
+# ------------------------------------------------ unparseable requests ---
+
+# Field 1 with wire type 7, which the protobuf wire format does not define.
+GARBAGE = b"\x0f\xff\xff"
+METHODS = [("Generate", "GenerateRequest", False), ("GenerateStream", "GenerateRequest", True),
+           ("Tokenize", "TokenizeRequest", False), ("GetModelInfo", "GetModelInfoRequest", False)]
+
+
+def _send_raw(channel, method, streaming, payload, metadata=None):
+    """The bytes as the request of `method`, through grpcio with no
+    serializer; the response bytes (a list for a stream)."""
+    path = f"/snapserve.v1.Generation/{method}"
+    if streaming:
+        return list(channel.unary_stream(path)(payload, timeout=30, metadata=metadata))
+    return channel.unary_unary(path)(payload, timeout=30, metadata=metadata)
+
+
+def test_unparseable_request_is_internal_naming_the_message(start_server, model_path, pb):
+    """gRPC's status-code table gives INTERNAL for "error parsing request
+    proto"; the callback API would answer UNIMPLEMENTED with no message. The
+    call is not counted as a request, and the server keeps serving."""
+    from google.protobuf.message import DecodeError
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from snapserve_testkit.metrics import total
+    pb2, pb2_grpc = pb
+    server = start_server([f"--model={model_path}", "--kv-cache-memory=64MiB",
+                           "--default-kv-method=none"])
+    with grpc.insecure_channel(server.target) as channel:
+        before = total(server.metrics_text(), "snapserve_requests_total") or 0
+        for method, message, streaming in METHODS:
+            request_type = getattr(pb2, message).DESCRIPTOR.full_name
+            with pytest.raises(DecodeError):  # the oracle: protobuf's own parser refuses the bytes
+                getattr(pb2, message).FromString(GARBAGE)
+            with pytest.raises(grpc.RpcError) as err:
+                _send_raw(channel, method, streaming, GARBAGE)
+            assert err.value.code() == grpc.StatusCode.INTERNAL, (method, err.value.code())
+            assert err.value.details() == f"request bytes do not parse as {request_type}", method
+
+        # The same raw path carries a valid request to an answer.
+        raw = _send_raw(channel, "Tokenize", False, pb2.TokenizeRequest(text="Hi").SerializeToString())
+        assert list(pb2.TokenizeResponse.FromString(raw).ids)
+        check_good_request(pb2_grpc.GenerationStub(channel), pb)
+        r = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert r.status == health_pb2.HealthCheckResponse.SERVING
+        # Only check_good_request's call was counted.
+        assert (total(server.metrics_text(), "snapserve_requests_total") or 0) == before + 1
+
+
+def test_unparseable_request_without_the_token_is_unauthenticated(start_server, model_path,
+                                                                   tmp_path):
+    """With --auth-token-file the token is checked first, as for any call."""
+    token_file = tmp_path / "token"
+    token_file.write_text("unparsed-request-token\n")
+    server = start_server([f"--model={model_path}", f"--auth-token-file={token_file}",
+                           "--kv-cache-memory=64MiB", "--default-kv-method=none"])
+    with grpc.insecure_channel(server.target) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            _send_raw(channel, "Generate", False, GARBAGE)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as err:
+            _send_raw(channel, "Generate", False, GARBAGE,
+                      metadata=(("authorization", "Bearer unparsed-request-token"),))
+        assert err.value.code() == grpc.StatusCode.INTERNAL
+        assert err.value.details() == "request bytes do not parse as snapserve.v1.GenerateRequest"

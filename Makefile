@@ -63,8 +63,13 @@ test: build
 readme-flags: build
 	$(PY) scripts/readme_flags.py --write --binary $(BUILD_DIR)/server/snapserve
 
+# ctest writes JUnit XML; scripts/ctest-skips.py lists the tests skipped for
+# a missing CPU feature and fails the target on any other skip.
 test-unit:
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	@rc=0; rm -f $(BUILD_DIR)/ctest-junit.xml; cd $(BUILD_DIR) && \
+	  { ctest --output-on-failure -j $(JOBS) --output-junit $(BUILD_DIR)/ctest-junit.xml || rc=$$?; }; \
+	  python3 $(ROOT)/scripts/ctest-skips.py $(BUILD_DIR)/ctest-junit.xml || rc=1; \
+	  exit $$rc
 
 test-python:
 	SNAPSERVE_BUILD_DIR=$(BUILD_DIR) SNAPSERVE_MODEL=$(MODEL) \

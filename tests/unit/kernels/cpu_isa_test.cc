@@ -6,42 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <string>
+
+#include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {
 namespace {
 
-// The first line of a field of /proc/cpuinfo ("" when absent): the
-// kernel's reading of the CPU, independent of the CPUID code under test.
-std::string CpuinfoField(const std::string& name) {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name, 0) != 0) continue;
-    const size_t colon = line.find(':');
-    return colon == std::string::npos ? "" : line.substr(line.find_first_not_of(' ', colon + 1));
-  }
-  return "";
-}
+using test_support::CpuinfoField;
 
-CpuIsa Supported() {
-#if defined(__x86_64__)
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (!avx2 || !__builtin_cpu_supports("avx512f")) return avx2 ? CpuIsa::kAvx2 : CpuIsa::kPortable;
-  const bool vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                    __builtin_cpu_supports("avx512vnni");
-  if (!vnni) return CpuIsa::kAvx512;
-  // AMX from the kernel's reading of CPUID (and only where the kernel
-  // hands out the tile state: Linux 5.16 on, the same kernels that list
-  // the flags), independent of the code under test.
-  const std::string flags = " " + CpuinfoField("flags") + " ";
-  const bool amx = flags.find(" avx512_bf16 ") != std::string::npos &&
-                   flags.find(" amx_tile ") != std::string::npos &&
-                   flags.find(" amx_bf16 ") != std::string::npos;
-  return amx ? CpuIsa::kAmx : CpuIsa::kAvx512Vnni;
-#endif
-  return CpuIsa::kPortable;
-}
+// What the CPU has, independent of the code under test.
+CpuIsa Supported() { return test_support::CpuLevelWithoutCap(); }
 
 TEST(CpuIsa, WidestSupportedUnderTheEnvironmentCap) {
   const char* env = std::getenv("SNAPSERVE_CPU_ISA");
@@ -70,8 +45,8 @@ TEST(CpuIsa, Names) {
 }
 
 TEST(CpuIsa, BFloat16DotOutpacesFmaOnAmdOnly) {
+  // No vendor_id (not an x86 CPU): not AMD, so false as well.
   const std::string vendor = CpuinfoField("vendor_id");
-  if (vendor.empty()) GTEST_SKIP() << "no vendor_id in /proc/cpuinfo";
   const bool bf16 = CpuinfoField("flags").find(" avx512_bf16") != std::string::npos;
   // has_avx512_bf16 also needs the level avx512vnni or above (no lower cap).
   EXPECT_EQ(has_avx512_bf16(), bf16 && cpu_isa() >= CpuIsa::kAvx512Vnni);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu_isa.h"
+#include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {
 namespace {
@@ -46,9 +47,7 @@ double Exp2(double x) { return std::exp2(x); }
 
 class ExpAvx512 : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (cpu_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512F on this CPU or under the cap";
-  }
+  void SetUp() override { SNAPSERVE_SKIP_UNLESS_CPU(cpu_isa() >= CpuIsa::kAvx512, "avx512f"); }
 };
 
 TEST_F(ExpAvx512, FullPrecisionIsWithinTwoUlps) {
@@ -58,7 +57,8 @@ TEST_F(ExpAvx512, FullPrecisionIsWithinTwoUlps) {
 }
 
 TEST_F(ExpAvx512, Bf16WeightsExp2IsFarBelowBf16Rounding) {
-  if (!__builtin_cpu_supports("avx512dq")) GTEST_SKIP() << "no AVX512DQ (vreduceps) on this CPU";
+  // Its exp2 uses vreduceps, an AVX512DQ instruction.
+  SNAPSERVE_SKIP_UNLESS_CPU(__builtin_cpu_supports("avx512dq"), "avx512dq");
   // The polynomial's 2.7e-6 (float32 evaluation included), far below
   // bfloat16's 2^-9 = 2e-3, over the softmax's range (t = (score - max) ·
   // log2 e: far below 0 up to the headroom's 8 · log2 e) and the float range.

@@ -1,6 +1,7 @@
 // kernels/parallel_dynamic.h: every item runs exactly once, whatever the
 // chunking, and a slow thread leaves its share (parallel_shares: its share's
-// tail) to the others.
+// tail) to the others. A "slow" thread here is one held until the other has
+// taken the work, so the outcome does not depend on timing.
 #include "kernels/parallel_dynamic.h"
 
 #include <ATen/Parallel.h>
@@ -17,6 +18,18 @@ namespace snapserve::kernels::cpu {
 namespace {
 
 using ParallelDynamicTest = TwoThreadsTest;
+
+// Waits for `done` to hold, polling; false after a minute, which only turns
+// a hang into a failure (the other thread needs microseconds).
+template <typename Done>
+bool WaitUntil(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
 
 // How many times each item of [0, n) was passed to fn by `loop`
 // (parallel_dynamic or parallel_shares).
@@ -51,20 +64,26 @@ TEST_F(ParallelDynamicTest, RunsEveryItemOnce) {
 }
 
 TEST_F(ParallelDynamicTest, SharesRunFrontToBackAndASlowThreadsTailGoesToTheOther) {
-  if (at::get_num_threads() < 2) GTEST_SKIP() << "needs two threads";
-  // 16 items, shares [0, 8) and [8, 16). Thread 0 sleeps 20 ms per item;
-  // thread 1 runs its share in order, then takes thread 0's items from the
-  // back. Thread 0's own items come in order from the front.
+  ASSERT_EQ(at::get_num_threads(), 2);
+  // 16 items, shares [0, 8) and [8, 16). Thread 0 holds its first item until
+  // thread 1 has run its own share in order and then taken one of thread
+  // 0's items, from the back; thread 0's own items come in order from the
+  // front.
   std::vector<int64_t> slow_items, fast_items;
+  std::atomic<int> fast_done{0};
+  bool waited = false;
   parallel_shares(16, 1, [&](int64_t begin, int64_t) {
     if (at::get_thread_num() == 0) {
+      if (slow_items.empty()) waited = WaitUntil([&] { return fast_done.load() >= 9; });
       slow_items.push_back(begin);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     } else {
       fast_items.push_back(begin);
+      fast_done.fetch_add(1);
     }
   });
   ASSERT_EQ(slow_items.size() + fast_items.size(), 16u);
+  // Thread 0 may not have started before thread 1 took every item.
+  if (!slow_items.empty()) EXPECT_TRUE(waited) << "thread 1 never took 9 items";
   EXPECT_LT(slow_items.size(), 8u);
   for (size_t i = 0; i < slow_items.size(); ++i) EXPECT_EQ(slow_items[i], static_cast<int64_t>(i));
   ASSERT_GE(fast_items.size(), 9u);
@@ -87,20 +106,22 @@ TEST_F(ParallelDynamicTest, RunsSeriallyInsideAnotherParallelRegion) {
 }
 
 TEST_F(ParallelDynamicTest, ASlowThreadLeavesItsShareToTheOther) {
-  if (at::get_num_threads() < 2) GTEST_SKIP() << "needs two threads";
-  // Thread 0 sleeps 20 ms per chunk; the other thread finishes the rest of
-  // the 16 chunks meanwhile. With fixed shares each would take 8.
+  ASSERT_EQ(at::get_num_threads(), 2);
+  // Thread 0 holds its first chunk until the other thread has taken all the
+  // rest of the 16; with fixed shares each would take 8.
   std::atomic<int> slow_chunks{0}, fast_chunks{0};
+  bool waited = true;
   parallel_dynamic(16, 1, [&](int64_t, int64_t) {
     if (at::get_thread_num() == 0) {
       slow_chunks.fetch_add(1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      waited = WaitUntil([&] { return slow_chunks.load() + fast_chunks.load() == 16; }) && waited;
     } else {
       fast_chunks.fetch_add(1);
     }
   });
+  EXPECT_TRUE(waited) << "the other thread did not take the remaining chunks";
   EXPECT_EQ(slow_chunks.load() + fast_chunks.load(), 16);
-  EXPECT_LT(slow_chunks.load(), 8);
+  EXPECT_LE(slow_chunks.load(), 1);
 }
 
 TEST_F(ParallelDynamicTest, ChunkForGivesEachThreadSeveralChunks) {

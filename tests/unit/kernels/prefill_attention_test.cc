@@ -10,7 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <string>
+
+#include "kernels/cpu_isa.h"
+#include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {
 namespace {
@@ -53,21 +57,29 @@ struct Kernel {
   //   exp is within 1 ulp: over the n <= 300 keys and D <= 128 terms of the
   //   shapes below, at most ~(n + D) * 2^-24 < 2^-15 of max|v|; 2^-14.
   int bound_exp2;
+  // What the CPU level must have for it (its head sizes aside).
+  const char* cpu_feature;
+  bool (*cpu_has)();
 };
 
+// GoogleTest lists a parameter by its name (ctest's test names carry it),
+// not by its bytes, which hold function addresses that change between runs.
+void PrintTo(const Kernel& kernel, std::ostream* os) { *os << kernel.name; }
+
+bool HasAvx512F() { return cpu_isa() >= CpuIsa::kAvx512; }
+
 const Kernel kKernels[] = {
-    {"bf16", has_prefill_attention_bf16, prefill_attention_bf16, true, -8},
-    {"amx", has_prefill_attention_amx, prefill_attention_amx, true, -8},
-    {"f32", has_prefill_attention_f32, prefill_attention_f32, false, -14},
+    {"bf16", has_prefill_attention_bf16, prefill_attention_bf16, true, -8, "avx512bf16",
+     has_avx512_bf16},
+    {"amx", has_prefill_attention_amx, prefill_attention_amx, true, -8, "amx-bf16", has_amx_bf16},
+    {"f32", has_prefill_attention_f32, prefill_attention_f32, false, -14, "avx512f", HasAvx512F},
 };
 
 class PrefillAttentionTest : public ::testing::TestWithParam<Kernel> {
  protected:
   void SetUp() override {
-    if (!GetParam().available(64)) {
-      GTEST_SKIP() << "no " << GetParam().name
-                   << " prompt attention on this CPU or under this SNAPSERVE_CPU_ISA cap";
-    }
+    SNAPSERVE_SKIP_UNLESS_CPU(GetParam().cpu_has(), GetParam().cpu_feature);
+    ASSERT_TRUE(GetParam().available(64)) << "every kernel takes head size 64";
   }
   at::Tensor Run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
     return GetParam().run(q, k, v, scale);
@@ -162,9 +174,9 @@ TEST_P(PrefillAttentionTest, RejectsShapesItCannotServe) {
 // o_proj's product on those tiles has the same bits as on the float32
 // output, for a whole prompt (rows not a multiple of 32) and a later chunk.
 TEST(PrefillAttentionAmxPacked, IsTheFloat32OutputAsOProjPacksIt) {
-  if (!has_prefill_attention_amx(64) || !amx_gemm_fits(576, 576)) {
-    GTEST_SKIP() << "no AMX prompt attention on this CPU or under this SNAPSERVE_CPU_ISA cap";
-  }
+  SNAPSERVE_SKIP_UNLESS_CPU(has_amx_bf16(), "amx-bf16");
+  ASSERT_TRUE(has_prefill_attention_amx(64));
+  ASSERT_TRUE(amx_gemm_fits(576, 576));
   at::manual_seed(3);
   const at::Tensor k = at::randn({3, 130, 64}), v = at::randn({3, 130, 64});
   const at::Tensor o_proj = pack_amx_weight(at::randn({576, 576}) * 0.05);
@@ -185,7 +197,8 @@ TEST(PrefillAttentionAmxPacked, IsTheFloat32OutputAsOProjPacksIt) {
 }
 
 TEST(PrefillAttentionAmxPacked, OProjRefusesTilesOfAnotherShape) {
-  if (!amx_gemm_fits(64, 64)) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+  SNAPSERVE_SKIP_UNLESS_CPU(has_amx_bf16(), "amx-bf16");
+  ASSERT_TRUE(amx_gemm_fits(64, 64));
   const AmxPackedRows x = empty_amx_packed_rows(40, 64);
   at::Tensor h = at::zeros({40, 64});
   EXPECT_THROW(linear_amx_add_(h, x, pack_amx_weight(at::randn({64, 96}))), c10::Error);

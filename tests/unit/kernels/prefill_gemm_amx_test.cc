@@ -11,7 +11,9 @@
 
 #include <cmath>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/rowwise.h"
+#include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {
 namespace {
@@ -19,9 +21,8 @@ namespace {
 class PrefillGemmAmxTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!amx_gemm_fits(32, 32)) {
-      GTEST_SKIP() << "no AMX-BF16 on this CPU or under this SNAPSERVE_CPU_ISA cap";
-    }
+    SNAPSERVE_SKIP_UNLESS_CPU(has_amx_bf16(), "amx-bf16");
+    ASSERT_TRUE(amx_gemm_fits(32, 32));
     at::manual_seed(7);
   }
 };

@@ -15,6 +15,7 @@
 
 #include "kernels/cpu_isa.h"
 #include "kernels/quant_dot.h"
+#include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {
 namespace {
@@ -68,9 +69,8 @@ std::vector<float> RandomBlocks(int64_t blocks, uint32_t seed) {
 class QuantizeBlocksAvx512 : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cpu_isa() < CpuIsa::kAvx512Vnni) {
-      GTEST_SKIP() << "the int8 kernels' AVX-512 path needs VNNI on this CPU and under the cap";
-    }
+    // The int8 kernels' AVX-512 path runs at the VNNI level.
+    SNAPSERVE_SKIP_UNLESS_CPU(cpu_isa() >= CpuIsa::kAvx512Vnni, "avx512vnni");
   }
 };
 

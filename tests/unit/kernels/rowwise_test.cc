@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu_isa.h"
+#include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {
 namespace {
@@ -48,7 +49,7 @@ TEST(RmsNorm, MatchesFloat64Reference) {
 // The AVX-512 row (when this CPU and the cap allow it) against the portable
 // order of rowwise.h, bit for bit: lengths below, at and past 16, with tails.
 TEST(RmsNorm, Avx512RowEqualsThePortableOrder) {
-  if (cpu_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "no AVX-512F on this CPU or under the cap";
+  SNAPSERVE_SKIP_UNLESS_CPU(cpu_isa() >= CpuIsa::kAvx512, "avx512f");
   at::manual_seed(4);
   // 64 rows per length, magnitudes spread over e^(+-9) within a row. (The
   // sum's order in double rarely shows after the mean's rounding to float;
@@ -160,7 +161,7 @@ TEST(RmsNorm, BFloat16OutputIsTheFloat32ResultRounded) {
 // SNAPSERVE_CPU_ISA=avx2) give the same bits, float32 and bfloat16 inputs,
 // tails of every length mod 16, and lanes past exp's polynomial range.
 TEST(SiluMul, Avx512RowHasTheAvx2RowsBits) {
-  if (!has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16 here (or capped)";
+  SNAPSERVE_SKIP_UNLESS_CPU(has_avx512_bf16(), "avx512bf16");
   at::manual_seed(6);
   for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 24, 31, 1536, 1539}) {
     at::Tensor gate_up = at::randn({2 * n}) * 4;

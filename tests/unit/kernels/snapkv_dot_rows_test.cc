@@ -11,6 +11,7 @@
 
 #include "kernels/cpu_isa.h"
 #include "kernels/snapkv_select_cpu_simd.h"
+#include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels::detail {
 namespace {
@@ -57,12 +58,12 @@ void ExpectChainBits(DotRows dot_rows) {
 }
 
 TEST(SnapKvDotRows, Avx2GivesTheChainsBits) {
-  if (cpu_isa() < CpuIsa::kAvx2) GTEST_SKIP() << "AVX2 path off: " << cpu_isa_name(cpu_isa());
+  SNAPSERVE_SKIP_UNLESS_CPU(cpu_isa() >= CpuIsa::kAvx2, "avx2");
   ExpectChainBits(avx2::dot_rows);
 }
 
 TEST(SnapKvDotRows, Avx512GivesTheChainsBits) {
-  if (cpu_isa() < CpuIsa::kAvx512) GTEST_SKIP() << "AVX-512 path off: " << cpu_isa_name(cpu_isa());
+  SNAPSERVE_SKIP_UNLESS_CPU(cpu_isa() >= CpuIsa::kAvx512, "avx512f");
   ExpectChainBits(avx512::dot_rows);
 }
 

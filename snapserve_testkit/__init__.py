@@ -13,8 +13,8 @@ tests/python/conftest.py and bench/common.py put it there before importing:
 * server:  free_port() and SnapserveProcess, a real `snapserve` child process on
            free loopback ports;
 * calls:   wait_for(), stream_all() and check_serves() around gRPC calls;
-* metrics: scrape() of /metrics and the one parser of its text (parse, value,
-           total, types).
+* metrics: scrape() of /metrics and its text read through prometheus_client's
+           parser (parse, value, total, types).
 """
 from snapserve_testkit.paths import DEFAULT_MODEL, ROOT, build_dir, model_path
 from snapserve_testkit.proto import load_stubs

@@ -1,15 +1,13 @@
-"""The /metrics endpoint: scrape() and the one parser of the Prometheus text
-format (version 0.0.4) that the tests and the benchmarks use."""
+"""The /metrics endpoint: scrape() and the reading of its Prometheus text
+format (version 0.0.4) that the tests and the benchmarks use. The text is
+parsed by prometheus_client, the Prometheus project's own Python parser, so
+every reading also checks the format: a malformed line raises ValueError."""
 import collections
-import re
 import urllib.request
 
-Sample = collections.namedtuple("Sample", "name labels value")
+from prometheus_client.parser import text_string_to_metric_families
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
-_TYPE = re.compile(r"^#\s*TYPE\s+(\S+)\s+(\S+)")
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+Sample = collections.namedtuple("Sample", "name labels value")
 
 
 def scrape(port, host="127.0.0.1", timeout=10):
@@ -20,25 +18,22 @@ def scrape(port, host="127.0.0.1", timeout=10):
         return r.read().decode()
 
 
+def families(text):
+    """The metric families of `text`, as prometheus_client parses them."""
+    return list(text_string_to_metric_families(text))
+
+
 def parse(text):
-    """Every sample line as Sample(name, labels dict, float value), in order;
-    comment and blank lines are skipped."""
-    out = []
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            raise ValueError(f"not a Prometheus sample line: {line!r}")
-        labels = {k: re.sub(r"\\[\\\"n]", lambda e: _UNESCAPE[e.group(0)], v)
-                  for k, v in _LABEL.findall(m.group(2) or "")}
-        out.append(Sample(m.group(1), labels, float(m.group(3))))
-    return out
+    """Every sample as Sample(name, labels dict, float value), in order."""
+    return [Sample(s.name, dict(s.labels), float(s.value))
+            for family in families(text) for s in family.samples]
 
 
 def types(text):
-    """{family name: type} from the `# TYPE` lines."""
-    return dict(m.groups() for m in map(_TYPE.match, text.splitlines()) if m)
+    """{family name: type}, the family named as in its `# TYPE` line (a
+    counter with its `_total`; prometheus_client names the family without)."""
+    return {f.name + "_total" if f.type == "counter" else f.name: f.type
+            for f in families(text)}
 
 
 def value(text, name, labels=None):

@@ -32,12 +32,23 @@ class ServerError(RuntimeError):
     """The process exited before SERVING, or was not SERVING in time."""
 
 
+def describe_exit(returncode):
+    """"exit 3", or "killed by SIGSEGV" for a negative returncode."""
+    if returncode is not None and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit {returncode}"
+
+
 class SnapserveProcess:
     """<build>/server/snapserve on free loopback ports (gRPC and /metrics), with
     `args` after --host/--port/--metrics-port and `env` over os.environ;
     stdout and stderr go to <build>/snapserve-<log_name>-<port>.log. stop()
     sends SIGTERM (SIGKILL after `timeout`); as a context manager it waits for
-    SERVING on entry and stops on exit."""
+    SERVING on entry and stops on exit. crash() says whether the process died
+    of a signal it was not sent to stop it (SIGSEGV, SIGABRT...)."""
 
     # Tests compare the server's tokens and logprobs with transformers', which
     # the `exact` precision preset reproduces; a test of the default preset
@@ -61,6 +72,10 @@ class SnapserveProcess:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      env=full_env)
+        # Set by stop(): whether it found the process running and sent
+        # SIGTERM, and whether it then had to SIGKILL it.
+        self.stopped_by_sigterm = False
+        self.killed_after_timeout = False
         self.target = f"127.0.0.1:{self.port}"
 
     @property
@@ -68,7 +83,8 @@ class SnapserveProcess:
         return self.proc.pid
 
     def logs(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def wait_serving(self, timeout=120, credentials=None):
@@ -84,7 +100,8 @@ class SnapserveProcess:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.time() < deadline:
                 if self.proc.poll() is not None:
-                    raise ServerError(f"snapserve exited early:\n{self.logs()}")
+                    raise ServerError(f"snapserve exited early "
+                                      f"({describe_exit(self.proc.returncode)}):\n{self.logs()}")
                 try:
                     r = stub.Check(health_pb2.HealthCheckRequest(), timeout=2)
                     if r.status == health_pb2.HealthCheckResponse.SERVING:
@@ -95,16 +112,39 @@ class SnapserveProcess:
         raise ServerError(f"snapserve not SERVING after {timeout}s:\n{self.logs()}")
 
     def stop(self, timeout=60):
+        # Polled first: a process already gone died by itself, and its
+        # returncode is its own, not the answer to this SIGTERM.
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+            self.stopped_by_sigterm = True
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.killed_after_timeout = True
                 self.proc.wait()
         if not self.log.closed:
             self.log.close()
         return self.proc.returncode
+
+    def crash(self):
+        """None, or how the process ended abnormally: killed by a signal
+        before stop() sent one (a crash, an abort, the OOM killer), or after
+        stop()'s SIGTERM anything but exit 0 or death by that SIGTERM. A
+        process still running, or one that exited with a code of its own
+        (a refused start), is no crash."""
+        rc = self.proc.poll()
+        if rc is None:
+            return None
+        if self.killed_after_timeout:
+            return "did not exit after SIGTERM; killed with SIGKILL"
+        if self.stopped_by_sigterm:
+            if rc in (0, -signal.SIGTERM):
+                return None
+            return f"{describe_exit(rc)} after the SIGTERM that stopped it"
+        if rc < 0:
+            return f"died by itself: {describe_exit(rc)}"
+        return None
 
     def metrics_text(self):
         return scrape(self.metrics_port)

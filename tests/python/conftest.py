@@ -160,6 +160,17 @@ def _server_factory():
     yield start
     for s in started:
         s.stop()
+    _fail_on_crashes(started)
+
+
+def _fail_on_crashes(processes):
+    """Fails the test (at the fixture's teardown) when a server it started
+    died of a signal that stop() did not send: a crash the test itself may
+    not have noticed, as when the answer it checked came before it."""
+    crashes = [f"snapserve pid {s.pid} {problem}; log {s.log_path}:\n{s.logs()[-2000:]}"
+               for s in processes if (problem := s.crash())]
+    if crashes:
+        pytest.fail("\n".join(crashes), pytrace=False)
 
 
 @pytest.fixture

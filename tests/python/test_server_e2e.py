@@ -16,7 +16,6 @@ import math
 import os
 import random
 import threading
-import time
 
 import grpc
 import pytest
@@ -436,8 +435,10 @@ def test_echoed_client_strings_are_bounded(stub, pb, server):
 
 def test_huge_input_is_refused_before_tokenizing(stub, pb, info):
     """Text that cannot fit the context (more than max_context x 128 bytes,
-    engine/request_validation.h) is INVALID_ARGUMENT naming the limit, at once:
-    15 MiB used to be tokenized first (seconds of the gRPC thread's time)."""
+    engine/request_validation.h) is INVALID_ARGUMENT naming the byte limit:
+    the check on the text's bytes refuses it, not the context check after
+    tokenizing (15 MiB used to be tokenized first, seconds of the gRPC
+    thread's time)."""
     pb2 = pb[0]
     limit = info.max_context_length * 128
     text = ("The quick brown fox jumps over the lazy dog. " * 400_000)[:15 << 20]
@@ -446,14 +447,12 @@ def test_huge_input_is_refused_before_tokenizing(stub, pb, info):
                            (pb2.GenerateRequest(messages=chat), "messages")]:
         for call in (lambda r: stub.Generate(r, timeout=60),
                      lambda r: stream_all(stub, r, timeout=60)):
-            start = time.monotonic()
             with pytest.raises(grpc.RpcError) as err:
                 call(request)
-            elapsed = time.monotonic() - start
             details = err.value.details()
             assert err.value.code() == INVALID, details
             assert details.startswith(field + ":") and str(limit) in details, details
-            assert elapsed < 3, f"{elapsed:.1f} s"
+            assert "bytes of text cannot fit the context" in details, details
     # Just under the bound the text is tokenized and refused by the context check.
     with pytest.raises(grpc.RpcError) as err:
         stub.Generate(pb2.GenerateRequest(prompt=text[:limit]), timeout=120)
@@ -664,16 +663,25 @@ def test_deadline_while_queued_and_running_frees_blocks(stub, pb, server, info):
                     {"status": "DEADLINE_EXCEEDED"})
 
     # Running: the stream starts, then its deadline passes mid-generation.
-    call = stub.GenerateStream(pb2.GenerateRequest(
-        # 1500 tokens take seconds even on a fast host; the cache holds them.
-        prompt=SHORT_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=1500, ignore_eos=True)),
-        timeout=1.5)
+    # Should the deadline pass before the first token (a loaded machine), the
+    # call is made again with twice the deadline: 1500 tokens take far longer
+    # than any first token, so some deadline falls between the two.
     got = []
-    with pytest.raises(grpc.RpcError) as err:
-        for m in call:
-            got.append(m)
-    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert got, "the stream should have started before its deadline"
+    deadline = 1.5
+    running_calls = 0
+    while not got:
+        assert deadline < 100, "no stream wrote a message before its deadline"
+        call = stub.GenerateStream(pb2.GenerateRequest(
+            # 1500 tokens take seconds even on a fast host; the cache holds them.
+            prompt=SHORT_PROMPT, stopping=pb2.StoppingCriteria(max_new_tokens=1500,
+                                                               ignore_eos=True)),
+            timeout=deadline)
+        running_calls += 1
+        with pytest.raises(grpc.RpcError) as err:
+            for m in call:
+                got.append(m)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        deadline *= 2
 
     # Queued: fill the batch, then send one more with a short deadline.
     fillers = [stub.GenerateStream(pb2.GenerateRequest(
@@ -724,8 +732,10 @@ def test_deadline_while_queued_and_running_frees_blocks(stub, pb, server, info):
         return (metric(t, "snapserve_kv_cache_blocks_free") == total_blocks and
                 metric(t, "snapserve_requests_running") == 0 and
                 metric(t, "snapserve_requests_waiting") == 0 and t)
-    after = wait_for(settled, timeout=10, interval=0.2)
+    after = wait_for(settled, timeout=60, interval=0.2)
     assert after, scrape(server.metrics_port)
-    # The server names both causes as the deadline, not a client cancellation.
-    assert metric(after, "snapserve_requests_total", {"status": "DEADLINE_EXCEEDED"}) == before + 2
+    # The server names both causes as the deadline, not a client cancellation
+    # (a running call retried with a longer deadline counts once more).
+    assert metric(after, "snapserve_requests_total", {"status": "DEADLINE_EXCEEDED"}) \
+        == before + running_calls + 1
     check_good_request(stub, pb)

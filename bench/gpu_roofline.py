@@ -475,7 +475,9 @@ def main():
         props = torch.cuda.get_device_properties(0)
         machine.update(gpu=props.name, gpu_memory_bytes=props.total_memory,
                        gpu_multiprocessors=props.multi_processor_count, cuda=torch.version.cuda)
+    # SNAPSERVE_CUDA_FUSED=0 times the forward without the fused kernels (docs/gpu.md).
     report = {"benchmark": "gpu_roofline", "dry_run": args.dry_run,
+              "cuda_fused": os.environ.get("SNAPSERVE_CUDA_FUSED", "1") != "0",
               "config": {k: v for k, v in vars(args).items() if k != "child"},
               "machine": machine, "targets": TARGETS, "limits": None, "floors": None,
               "attention": [], "models": {}, "headline": {}, "verdicts": None, "failures": []}

@@ -4,6 +4,8 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/checks.h"
 
@@ -50,6 +52,14 @@ void check_launch(cudaError_t err, const char* what) {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
+
+bool cuda_fused_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("SNAPSERVE_CUDA_FUSED");
+    return value == nullptr || std::string_view(value) != "0";
+  }();
+  return enabled;
+}
 
 void rms_norm_add_cuda_(at::Tensor& residual, const at::Tensor& delta, const at::Tensor& weight,
                         double eps, at::Tensor& out) {
@@ -241,6 +251,8 @@ namespace {
   TORCH_CHECK(false, op, ": this build has no CUDA kernels");
 }
 }  // namespace
+
+bool cuda_fused_enabled() { return false; }
 
 void rms_norm_add_cuda_(at::Tensor&, const at::Tensor&, const at::Tensor&, double, at::Tensor&) {
   no_cuda("rms_norm_add");

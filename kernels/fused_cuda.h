@@ -13,6 +13,13 @@
 
 namespace snapserve::kernels {
 
+// Whether the engine's CUDA forward (LlamaModel, PagedKvCache) calls these
+// kernels: true in a CUDA build unless the environment sets
+// SNAPSERVE_CUDA_FUSED=0, which keeps the LibTorch expressions and the first
+// attention kernel they replace (to time or check one against the other).
+// Read once per process.
+bool cuda_fused_enabled();
+
 // residual [rows, n] float32 (any row stride), updated to residual + delta
 // when delta is defined; delta [rows, n] and weight [n] of the output's dtype;
 // out [rows, n] float32/bfloat16/float16, contiguous:

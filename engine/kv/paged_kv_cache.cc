@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/fused_cuda.h"
 #include "kernels/huge_pages.h"
 #include "kernels/kv_append.h"
 #include "kernels/paged_attention.h"
@@ -367,12 +368,30 @@ at::Tensor PagedKvCache::DecodeAttention(const std::vector<int64_t>& seqs, int64
     const bool in_place = t.is_cpu() && t.scalar_type() == at::kFloat;
     return (in_place ? t : t.to(opts)).reshape({batch * heads, 1, d});
   };
-  Append(rows(k), rows(v), step_->slots[layer]);
+  // CUDA (kernels/fused_cuda.h): the rows are copied from where the qkv
+  // product left them, with no contiguous copy first, and a long context is
+  // read by many thread blocks at once (split_decode_attention_cuda).
+  const bool fused = q.is_cuda() && kernels::cuda_fused_enabled();
+  if (fused && k.scalar_type() == config_.dtype && v.scalar_type() == config_.dtype &&
+      k.dim() == 3 && k.strides() == v.strides() && k.stride(2) == 1) {
+    kernels::kv_append_lanes_cuda(key_cache_, value_cache_, k, v,
+                                  step_->slots[layer].view({batch, heads}));
+  } else {
+    Append(rows(k), rows(v), step_->slots[layer]);
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const at::Tensor lane_q = (keep_q ? q : q.to(opts)).reshape({batch * heads, -1, d});
-  at::Tensor out = kernels::paged_decode_attention(
-      lane_q, key_cache_, value_cache_, step_->block_tables[layer], step_->context_lens[layer],
-      scale, key_scales_, value_scales_);
+  at::Tensor out;
+  if (fused && kernels::split_decode_attention_supported(lane_q, key_cache_, value_cache_)) {
+    out = at::empty(lane_q.sizes(), lane_q.options());
+    kernels::split_decode_attention_cuda(out, lane_q, key_cache_, value_cache_,
+                                         step_->block_tables[layer], step_->context_lens[layer],
+                                         scale);
+  } else {
+    out = kernels::paged_decode_attention(lane_q, key_cache_, value_cache_,
+                                          step_->block_tables[layer], step_->context_lens[layer],
+                                          scale, key_scales_, value_scales_);
+  }
 
   step_->next_layer = layer + 1;
   return out.reshape({batch, -1, d}).to(q.scalar_type());

@@ -5,6 +5,7 @@
 
 #include "engine/model/rope.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/fused_cuda.h"
 #include "kernels/linear.h"
 #include "kernels/parallel_team.h"
 #include "kernels/prefill_attention.h"
@@ -211,6 +212,10 @@ bool LlamaModel::TakesBFloat16(const LinearWeight& w, int64_t rows) {
   return rows > kernels::kLinearSmallRows && w.panels_for(rows).empty() && w.prefill_amx.defined();
 }
 
+bool LlamaModel::FusedCuda(const at::Tensor& x) {
+  return x.is_cuda() && kernels::cuda_fused_enabled();
+}
+
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight,
                                const LinearWeight* consumer) const {
   // As transformers' LlamaRMSNorm: statistics in float32, scale in the compute
@@ -218,6 +223,14 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight,
   if (FusedRowwise(x)) {
     const bool bf16 = consumer != nullptr && TakesBFloat16(*consumer, x.size(0));
     return kernels::rms_norm(x, weight, config_.rms_norm_eps, bf16 ? at::kBFloat16 : at::kFloat);
+  }
+  // CUDA: one kernel, the same formula and roundings (kernels/fused_cuda.h).
+  if (FusedCuda(x) && x.scalar_type() == at::kFloat && x.dim() == 2 && x.stride(1) == 1 &&
+      weight.scalar_type() == compute_dtype_) {
+    at::Tensor rows = x;  // read only: no delta to add
+    at::Tensor out = at::empty(x.sizes(), weight.options());
+    kernels::rms_norm_add_cuda_(rows, at::Tensor(), weight, config_.rms_norm_eps, out);
+    return out;
   }
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
@@ -258,6 +271,12 @@ void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& 
   }
   at::Tensor gate_up = Linear(x, l.gate_up);  // [m, 2 * intermediate]
   const int64_t inter = config_.intermediate;
+  if (FusedCuda(gate_up) && gate_up.dim() == 2 && gate_up.stride(1) == 1) {
+    at::Tensor act = at::empty({gate_up.size(0), inter}, gate_up.options());
+    kernels::silu_mul_cuda_out(gate_up, act);
+    AddLinear(h, act, l.down);
+    return;
+  }
   at::Tensor act = at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter);
   AddLinear(h, act, l.down);
 }
@@ -317,9 +336,16 @@ void LlamaModel::AddNormedMlp(at::Tensor& h, const LayerWeights& l,
   AddMlp(h, l, RmsNorm(h, l.mlp_norm, &l.gate_up));
 }
 
-at::Tensor LlamaModel::Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin) const {
+at::Tensor LlamaModel::Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin,
+                            const at::Tensor& positions) const {
   if (FusedRowwise(qk)) {
     kernels::rope_rotate_(qk, cos, sin);
+    return qk;
+  }
+  // CUDA: in place, from the positions and inverse frequencies (the angles
+  // are cos/sin's, kernels/fused_rowwise_cuda.h).
+  if (FusedCuda(qk) && qk.stride(2) == 1) {
+    kernels::rope_qk_cuda_(qk, positions, inv_freq_);
     return qk;
   }
   return ApplyRope(qk, cos.unsqueeze(1), sin.unsqueeze(1));  // broadcast over heads
@@ -451,7 +477,7 @@ at::Tensor LlamaModel::ContinuePrompt(PromptState& st, KvStore& store, int64_t m
     const LayerWeights& l = w_.layers[i];
     at::Tensor qkv = NormedLinear(h, l.attn_norm, l.qkv).view({rows, H + 2 * Hkv, D});
     // q and k are adjacent heads of one buffer: one RoPE call rotates both.
-    at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin);
+    at::Tensor qk = Rope(qkv.narrow(1, 0, H + Hkv), cos, sin, positions);
     at::Tensor q = qk.narrow(1, 0, H).transpose(0, 1);           // [H, rows, D]
     at::Tensor k = qk.narrow(1, H, Hkv).transpose(0, 1);         // [Hkv, rows, D]
     at::Tensor v = qkv.narrow(1, H + Hkv, Hkv).transpose(0, 1);  // [Hkv, rows, D]
@@ -530,7 +556,7 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
     DecodeBuffers buffers;
     for (int64_t i = 0; i < config_.num_layers; ++i) {
       const LayerWeights& l = w_.layers[i];
-      const QkvHeads heads = DecodeQkv(h, l, buffers, cos, sin);
+      const QkvHeads heads = DecodeQkv(h, l, buffers, cos, sin, pos);
       at::Tensor attn = store.DecodeAttention(seqs, i, heads.q, heads.k, heads.v);  // [B, H, D]
       AddLinear(h, attn.reshape({B, H * D}), l.o_proj);
       AddNormedMlp(h, l, &buffers.gate_up);
@@ -550,7 +576,8 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
 
 LlamaModel::QkvHeads LlamaModel::DecodeQkv(const at::Tensor& h, const LayerWeights& l,
                                            DecodeBuffers& buffers, const at::Tensor& cos,
-                                           const at::Tensor& sin) const {
+                                           const at::Tensor& sin,
+                                           const at::Tensor& positions) const {
   const int64_t B = h.size(0), H = config_.num_heads, Hkv = config_.num_kv_heads;
   const int64_t D = config_.head_dim;
   const auto split = [&](const at::Tensor& qkv, const at::Tensor& qk) {
@@ -568,12 +595,12 @@ LlamaModel::QkvHeads LlamaModel::DecodeQkv(const at::Tensor& h, const LayerWeigh
         kernels::Int8Input::rms_norm(l.attn_norm, config_.rms_norm_eps));
     // Panels mean CPU float32 rows (SinglePanels), which RoPE rotates in
     // place: the views stay the heads.
-    const at::Tensor qk = Rope(buffers.qk, cos, sin);
+    const at::Tensor qk = Rope(buffers.qk, cos, sin, positions);
     TORCH_INTERNAL_ASSERT(qk.is_same(buffers.qk), "DecodeQkv: RoPE did not rotate in place");
     return buffers.heads;
   }
   const at::Tensor qkv = NormedLinear(h, l.attn_norm, l.qkv).view({B, H + 2 * Hkv, D});
-  return split(qkv, Rope(qkv.narrow(1, 0, H + Hkv), cos, sin));
+  return split(qkv, Rope(qkv.narrow(1, 0, H + Hkv), cos, sin, positions));
 }
 
 bool LlamaModel::StepOnOwnKernels() const {

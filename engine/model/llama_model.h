@@ -190,10 +190,13 @@ class LlamaModel {
   // The layer's qkv product of the residual rows h, RoPE applied: into
   // `buffers` where l.qkv has int8 panels for h's rows, else new tensors.
   QkvHeads DecodeQkv(const at::Tensor& h, const LayerWeights& l, DecodeBuffers& buffers,
-                     const at::Tensor& cos, const at::Tensor& sin) const;
+                     const at::Tensor& cos, const at::Tensor& sin,
+                     const at::Tensor& positions) const;
   // Rotates the q and k heads of a fused qkv output ([rows, H + Hkv, D]);
-  // cos/sin [rows, D]. Returns the rotated heads (in place on CPU float32).
-  at::Tensor Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin) const;
+  // cos/sin [rows, D] of positions [rows] int64. Returns the rotated heads
+  // (in place on CPU float32 and where FusedCuda holds).
+  at::Tensor Rope(at::Tensor qk, const at::Tensor& cos, const at::Tensor& sin,
+                  const at::Tensor& positions) const;
   // Whether every product and row-wise step of a decode step runs in
   // snapserve's CPU kernels (all matrices GGUF blocks, float32 compute on
   // CPU), so the step can run on one team of threads (kernels/parallel_team.h):
@@ -203,6 +206,9 @@ class LlamaModel {
   bool FusedRowwise(const at::Tensor& x) const {
     return x.is_cpu() && compute_dtype_ == at::kFloat && x.scalar_type() == at::kFloat;
   }
+  // CUDA tensors: RMSNorm, RoPE and the SwiGLU gate run as single kernels
+  // (kernels/fused_cuda.h) unless SNAPSERVE_CUDA_FUSED=0.
+  static bool FusedCuda(const at::Tensor& x);
   at::Tensor Embed(const std::vector<int32_t>& tokens) const;
   // Whether a chunk of `rows` queries from position `start` on reaches past
   // Mistral's sliding window.

@@ -218,13 +218,14 @@ def test_kv_append_lanes(torch_ops, gen, dtype, tokens, heads, kv_heads, head_di
 
 # --- split-context paged decode attention ----------------------------------------
 
-def paged_case(gen, lens, num_heads, num_kv_heads, head_dim, block_size, dtype):
+def paged_case(gen, lens, num_heads, num_kv_heads, head_dim, block_size, dtype, spare_column=True):
     """Random caches and block tables: each sequence's blocks are a slice of
     one random permutation of the pool (so never contiguous), with spare
-    blocks nobody owns."""
+    blocks nobody owns and, unless spare_column is False, one table column
+    more than the longest sequence needs."""
     blocks_needed = [max(1, math.ceil(n / block_size)) for n in lens]
     num_blocks = sum(blocks_needed) + 3
-    max_blocks = max(blocks_needed) + 1
+    max_blocks = max(blocks_needed) + (1 if spare_column else 0)
     kc = torch.randn(num_blocks, num_kv_heads, block_size, head_dim, generator=gen).to(dtype)
     vc = torch.randn(num_blocks, num_kv_heads, block_size, head_dim, generator=gen).to(dtype)
     perm = torch.randperm(num_blocks, generator=gen)
@@ -341,15 +342,18 @@ def test_split_attention_shapes(torch_ops, gen, dtype, head_dim, block_size):
     divide a partition (7) or are one entry, through both the one-partition
     path (no merge) and the merged one, which must agree with the reference
     and so with each other."""
-    lens = [1, 5, 63, 64, 65, 300, 511, 512]
-    case = paged_case(gen, lens, 6, 3, head_dim, block_size, dtype)
+    # The table is as wide as the longest sequence needs, at most 448
+    # entries whatever the block size, so 512-entry partitions leave one.
+    lens = [1, 5, 63, 64, 65, 300, 447, 448]
+    case = paged_case(gen, lens, 6, 3, head_dim, block_size, dtype, spare_column=False)
     scale = head_dim ** -0.5
     want, size = attention_reference(*case, scale)
     tol = attention_tolerance(want, size, dtype)
     max_context = case[3].shape[1] * block_size
+    assert max_context <= 512
     for partition in (512, 64):
         out, splits = run_split(torch_ops, case, scale, partition)
-        assert splits == math.ceil(max_context / partition)
+        assert splits == (1 if partition == 512 else math.ceil(max_context / partition))
         assert_within(out, want, tol, f"head_dim {head_dim}, block {block_size}, "
                                       f"partition {partition} ({splits} splits)")
 
@@ -398,3 +402,28 @@ def test_fused_ops_reject_cpu_tensors(torch_ops):
                                          torch.float32)
     with pytest.raises(RuntimeError, match="q: expected a CUDA tensor|no CUDA"):
         torch_ops.cuda_split_decode_attention(torch.zeros_like(q), q, kc, vc, tables, lens, 1.0, 0)
+
+
+# --- the decode step through the paged cache, kernels wired in -------------------
+
+PAGED_SPEC = "synthetic:smollm2-135m?format=f32&seed=3"
+
+
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=[gpu, needs_cuda])])
+def test_paged_decode_matches_prefill(torch_ops, gen, device):
+    """Teacher-forced float32 decode steps through the server's paged cache on
+    `device` (on CUDA: RMSNorm, RoPE, SwiGLU, the lane append and the split
+    attention of this file, engine/kv/paged_kv_cache.cc) predict what a CPU
+    float32 prefill of the same ids predicts, position by position, within
+    1e-3 of the largest logit (float32 sums in another order; the model is
+    random, 30 layers). The same logits one position off must fail."""
+    ids = torch.randint(0, 32000, (300,), generator=gen).tolist()
+    start = 270
+    got = torch_ops.paged_decode_logits_on(PAGED_SPEC, "float32", device, ids, start)
+    prefill = torch_ops.model_logits_on(PAGED_SPEC, "float32", "cpu", ids).double()
+    want = prefill[start - 1:len(ids) - 1]
+    tol = torch.full_like(want, 1e-3 * want.abs().max().item())
+    assert_within(got, want, tol, f"paged decode on {device}")
+    assert not within(got, prefill[start - 2:len(ids) - 2], tol), \
+        "the comparison cannot tell the next position's logits"

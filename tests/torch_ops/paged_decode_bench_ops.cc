@@ -4,8 +4,11 @@
 // bench/gpu_roofline.py's SnapKV headline (decode speed and KV bytes held,
 // compressed against full). The model ops of model_ops.cc decode on a dense
 // store; this one goes through the lanes, block tables and selector the
-// engine uses. One model is kept loaded (the last one asked for), so a
-// benchmark child holds a single copy of an 8B model.
+// engine uses. paged_decode_logits_on: teacher-forced decode logits through
+// the same cache, so tests/python/test_cuda_fused_kernels.py can check the
+// CUDA decode path (lane append, split attention) against a prefill. One
+// model is kept loaded (the last one asked for), so a benchmark child holds a
+// single copy of an 8B model.
 #include <torch/library.h>
 
 #include <chrono>
@@ -128,6 +131,37 @@ std::vector<double> PagedDecodeSecondsOn(const std::string& path, const std::str
           std::chrono::duration<double>(t2 - t1).count(), bytes, entries / lanes};
 }
 
+// Teacher-forced decode through the paged cache on any device: prefills
+// ids[0, from - 1), then one batch-1 decode step per remaining id but the
+// last, fed the true id. Returns the logits after each step [n - from, vocab]
+// on the CPU: the predictions for positions from .. n-1, which a prefill of
+// all the ids gives too (rows from - 1 .. n - 2 of its logits).
+at::Tensor PagedDecodeLogitsOn(const std::string& path, const std::string& dtype,
+                               const std::string& device, at::IntArrayRef ids, int64_t from) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  TORCH_CHECK(from >= 2 && from < n, "paged_decode_logits_on: from must be in [2, ", n, ")");
+  LlamaModel& m = BenchModel(path, dtype, device);
+  const ModelConfig& c = m.config();
+  kv::PagedKvCacheConfig kc;
+  kc.num_layers = c.num_layers;
+  kc.num_kv_heads = c.num_kv_heads;
+  kc.head_dim = c.head_dim;
+  kc.dtype = m.dtype();
+  kc.device = at::Device(device);
+  kc.num_blocks = static_cast<int32_t>((n / kc.block_size + 2) * c.num_layers * c.num_kv_heads);
+  auto cache = kv::PagedKvCache::Create(kc);
+  TORCH_CHECK(cache.ok(), cache.status().ToString());
+  kv::PagedKvCache& store = **cache;
+  TORCH_CHECK(store.AddSequence(0, store.BlocksForUniform(n), nullptr).ok());
+  const std::vector<int32_t> all(ids.begin(), ids.end());
+  m.Prefill(0, std::vector<int32_t>(all.begin(), all.begin() + from - 1), store);
+  std::vector<at::Tensor> rows;
+  for (int64_t pos = from - 1; pos < n - 1; ++pos) {
+    rows.push_back(m.Decode({0}, {all[static_cast<size_t>(pos)]}, {pos}, store).squeeze(0));
+  }
+  return at::stack(rows).to(at::kFloat).cpu();
+}
+
 }  // namespace
 }  // namespace snapserve::model
 
@@ -136,4 +170,6 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
       "paged_decode_seconds_on(str path, str dtype, str device, int prompt_tokens, int batch, "
       "int steps, int capacity, int window, int seed) -> float[]",
       &snapserve::model::PagedDecodeSecondsOn);
+  m.def("paged_decode_logits_on(str path, str dtype, str device, int[] ids, int from) -> Tensor",
+        &snapserve::model::PagedDecodeLogitsOn);
 }

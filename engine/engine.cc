@@ -193,6 +193,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   kc.num_layers = mc.num_layers;
   kc.num_kv_heads = mc.num_kv_heads;
   kc.head_dim = mc.head_dim;
+  kc.sliding_window = mc.sliding_window;
   kc.block_size = options.block_size;
   const Dtype kv_dtype = options.kv_cache_dtype.value_or(default_kv_cache_dtype(options.dtype));
   kc.dtype = ToScalarType(kv_dtype);

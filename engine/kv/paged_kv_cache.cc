@@ -54,6 +54,9 @@ StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const PagedKvCacheC
   if (config.num_blocks <= 0) {
     return Status::ResourceExhausted("PagedKvCache: the KV cache budget holds no block");
   }
+  if (config.sliding_window < 0) {
+    return Status::InvalidArgument("PagedKvCache: sliding_window must not be negative");
+  }
   if (config.dtype != at::kFloat && config.dtype != at::kBFloat16 && config.dtype != at::kHalf &&
       config.dtype != at::kChar) {
     return Status::InvalidArgument(
@@ -142,11 +145,25 @@ Status PagedKvCache::Grow(Sequence& s, BlockTable& lane, int64_t tokens) {
   return Status::Ok();
 }
 
+int64_t PagedKvCache::Held(int64_t written) const {
+  return config_.sliding_window > 0 ? std::min(written, config_.sliding_window) : written;
+}
+
+int64_t PagedKvCache::RingIndex(int64_t entry) const {
+  return config_.sliding_window > 0 ? entry % config_.sliding_window : entry;
+}
+
+void PagedKvCache::Commit(Sequence& s, size_t i, int64_t added) {
+  s.written[i] += added;
+  s.lanes[i].set_num_tokens(Held(s.written[i]));
+}
+
 int64_t PagedKvCache::BlocksFor(const LaneReservation& reservation) const {
   const int64_t bs = config_.block_size;
   const int64_t heads = config_.num_kv_heads;
   int64_t blocks = 0;
-  for (int64_t entries : reservation.entries_per_layer) {
+  for (int64_t wanted : reservation.entries_per_layer) {
+    const int64_t entries = Held(wanted);
     if (entries <= 0) continue;
     // Any split of heads * entries over `heads` lanes needs at most
     // sum(ceil(e_g / bs)) <= (heads * entries + heads * (bs - 1)) / bs blocks.
@@ -176,6 +193,7 @@ Status PagedKvCache::AddSequence(int64_t seq, int64_t reserve_blocks, KvSelector
   Sequence s;
   s.lanes.assign(static_cast<size_t>(config_.num_layers * config_.num_kv_heads),
                  BlockTable(config_.block_size));
+  s.written.assign(s.lanes.size(), 0);
   s.spare = std::move(reserved);
   s.selector = std::move(selector);
   seqs_.emplace(seq, std::move(s));
@@ -249,17 +267,21 @@ void PagedKvCache::StorePrefillLayer(int64_t seq, int64_t layer, const at::Tenso
               " head lengths for ", heads, " KV heads");
 
   // Slots of every kept entry, lane after lane, after what each lane holds.
+  // With a sliding window only the last W of a lane's entries are written:
+  // the earlier ones would share their ring slots, and no query sees them.
   std::vector<int64_t> slots;
   std::vector<int64_t> rows;  // flat row g * m + i of kept.k for each slot
   for (int64_t g = 0; g < heads; ++g) {
     const int64_t len = lengths[static_cast<size_t>(g)];
     TORCH_CHECK(len >= 0 && len <= m, "PagedKvCache: head ", g, " keeps ", len, " of ", m, " rows");
     BlockTable& lane = Lane(s, layer, g);
-    const int64_t base = lane.num_tokens();
-    const Status st = Grow(s, lane, base + len);
+    const int64_t base = s.written[static_cast<size_t>(layer * heads + g)];
+    const Status st = Grow(s, lane, Held(base + len));
     TORCH_CHECK(st.ok(), "PagedKvCache: sequence ", seq, ": ", st.message());
-    for (int64_t i = 0; i < len; ++i) {
-      slots.push_back(lane.slot_index(base + i));
+    const int64_t first =
+        config_.sliding_window > 0 ? std::max<int64_t>(0, len - config_.sliding_window) : 0;
+    for (int64_t i = first; i < len; ++i) {
+      slots.push_back(lane.slot_index(RingIndex(base + i)));
       rows.push_back(g * m + i);
     }
     s.prefill_lengths[static_cast<size_t>(layer * heads + g)] = len;
@@ -293,9 +315,7 @@ void PagedKvCache::StorePrefillLayer(int64_t seq, int64_t layer, const at::Tenso
 
   s.prefill_next_layer = layer + 1;
   if (s.prefill_next_layer == config_.num_layers) {
-    for (size_t i = 0; i < s.lanes.size(); ++i) {
-      s.lanes[i].set_num_tokens(s.lanes[i].num_tokens() + s.prefill_lengths[i]);
-    }
+    for (size_t i = 0; i < s.lanes.size(); ++i) Commit(s, i, s.prefill_lengths[i]);
     s.prefill_next_layer = 0;
     s.prefill_lengths.clear();
   }
@@ -310,9 +330,10 @@ void PagedKvCache::BeginDecodeStep(const std::vector<int64_t>& seqs) {
   rows.reserve(seqs.size());
   for (int64_t id : seqs) {
     Sequence& s = Find(id);
-    for (BlockTable& lane : s.lanes) {
+    for (size_t i = 0; i < s.lanes.size(); ++i) {
+      BlockTable& lane = s.lanes[i];
       // Normally inside the admission reservation; growth past it can fail.
-      const Status st = Grow(s, lane, lane.num_tokens() + 1);
+      const Status st = Grow(s, lane, Held(s.written[i] + 1));
       TORCH_CHECK(st.ok(), "PagedKvCache: sequence ", id, ": ", st.message());
       max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(lane.block_ids().size()));
     }
@@ -325,12 +346,16 @@ void PagedKvCache::BeginDecodeStep(const std::vector<int64_t>& seqs) {
   for (int64_t l = 0; l < layers; ++l) {
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t g = 0; g < heads; ++g) {
-        const BlockTable& t = Lane(*rows[static_cast<size_t>(b)], l, g);
+        Sequence& s = *rows[static_cast<size_t>(b)];
+        const BlockTable& t = Lane(s, l, g);
+        const int64_t written = s.written[static_cast<size_t>(l * heads + g)];
         const int64_t row = l * lanes_per_layer + b * heads + g;
         std::copy(t.block_ids().begin(), t.block_ids().end(),
                   tables.begin() + static_cast<std::ptrdiff_t>(row * max_blocks));
-        lens[static_cast<size_t>(row)] = static_cast<int32_t>(t.num_tokens() + 1);
-        slots[static_cast<size_t>(row)] = t.slot_index(t.num_tokens());
+        // The new entry included; with a sliding window it takes the ring
+        // slot of the entry that just left the window.
+        lens[static_cast<size_t>(row)] = static_cast<int32_t>(Held(written + 1));
+        slots[static_cast<size_t>(row)] = t.slot_index(RingIndex(written));
       }
     }
   }
@@ -401,7 +426,8 @@ void PagedKvCache::EndDecodeStep() {
   TORCH_CHECK(step_ && step_->next_layer == config_.num_layers,
               "PagedKvCache: EndDecodeStep before every layer of the step ran");
   for (int64_t id : step_->seqs) {
-    for (BlockTable& lane : Find(id).lanes) lane.set_num_tokens(lane.num_tokens() + 1);
+    Sequence& s = Find(id);
+    for (size_t i = 0; i < s.lanes.size(); ++i) Commit(s, i, 1);
   }
   step_.reset();
 }

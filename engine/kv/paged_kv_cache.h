@@ -10,6 +10,14 @@
 // row of one KV head. It never decides admission or compression policy: the
 // scheduler asks it for room, the selector for entries.
 //
+// Mistral's sliding window (PagedKvCacheConfig::sliding_window = W): each lane
+// is a ring of W entries, the lane's e-th entry at ring index e % W, so a lane
+// holds its last W entries and decode attends over exactly those; an older
+// entry is overwritten, as no later query may see it. Without compression
+// those are the last W positions, transformers' window. A compressed lane's
+// kept prompt entries carry no positions (a selector hands over rows, not
+// where they came from), so there the window counts entries, not positions.
+//
 // Thread-compatible: the scheduler thread owns it (no locking). The KvStore
 // methods report misuse and an exhausted pool by throwing c10::Error, as every
 // forward-pass failure does; the engine turns that into a Status.
@@ -48,6 +56,9 @@ struct PagedKvCacheConfig {
   // Zero the cache at creation, so every page is resident from the start
   // (EngineOptions::kv_cache_prefault says why).
   bool prefault = false;
+  // The model's sliding window (ModelConfig::sliding_window); 0: none. A lane
+  // then never holds more than this many entries.
+  int64_t sliding_window = 0;
 };
 
 // What a selector keeps of one prefill layer: k/v [num_kv_heads, m, d] in
@@ -91,7 +102,8 @@ class PagedKvCache : public model::KvStore {
   // Blocks that `reservation` needs in the worst case: per layer
   // num_kv_heads * ceil(entries / block_size), or with heads_share
   // floor((num_kv_heads * (entries + block_size - 1)) / block_size), the most
-  // any split of the layer's entries over its heads can take.
+  // any split of the layer's entries over its heads can take. With a sliding
+  // window, entries beyond it need no blocks (a lane holds at most W).
   int64_t BlocksFor(const LaneReservation& reservation) const;
   // The same for `tokens` entries in every lane (no compression).
   int64_t BlocksForUniform(int64_t tokens) const;
@@ -109,7 +121,8 @@ class PagedKvCache : public model::KvStore {
   void SetSelector(int64_t seq, KvSelector selector);
 
   bool HasSequence(int64_t seq) const { return seqs_.contains(seq); }
-  // Entries cached for `seq` in one lane / summed over every lane.
+  // Entries cached for `seq` in one lane / summed over every lane (with a
+  // sliding window, at most W per lane).
   int64_t num_tokens(int64_t seq, int64_t layer = 0, int64_t kv_head = 0) const;
   int64_t total_entries(int64_t seq) const;
   // Bytes of the blocks `seq`'s lanes hold (whole blocks; the unused rest of
@@ -145,7 +158,8 @@ class PagedKvCache : public model::KvStore {
 
   // Dense copies of what is cached for `seq`, for tests and parity checks:
   // one lane [num_tokens(seq, layer, g), d], or a layer [num_kv_heads, m, d]
-  // whose heads all hold m entries (throws otherwise).
+  // whose heads all hold m entries (throws otherwise). In slot order: with a
+  // sliding window, ring order.
   std::pair<at::Tensor, at::Tensor> GatherLane(int64_t seq, int64_t layer, int64_t kv_head) const;
   std::pair<at::Tensor, at::Tensor> Gather(int64_t seq, int64_t layer) const;
   // [num_blocks, 1, block_size, head_dim]: every lane's blocks.
@@ -161,7 +175,10 @@ class PagedKvCache : public model::KvStore {
 
   struct Sequence {
     std::vector<BlockTable> lanes;  // lane (l, g) at l * num_kv_heads + g
-    std::vector<int32_t> spare;     // reserved blocks no lane uses yet
+    // Entries ever written to each lane: its num_tokens(), or with a sliding
+    // window the count whose remainder mod W is the next ring index.
+    std::vector<int64_t> written;
+    std::vector<int32_t> spare;  // reserved blocks no lane uses yet
     KvSelector selector;
     // Prefill in progress: the next layer expected. Each layer's entries are
     // written past what its lanes hold and committed after the last layer,
@@ -194,6 +211,13 @@ class PagedKvCache : public model::KvStore {
   // Grows `lane` to hold `tokens` entries, from the sequence's spare blocks
   // first, then from the pool.
   Status Grow(Sequence& s, BlockTable& lane, int64_t tokens);
+  // Entries a lane holds after `written` were written to it, and where the
+  // entry counted `entry` (from the lane's first) lives in it: the identity,
+  // or with a sliding window W at most W and the ring index entry % W.
+  int64_t Held(int64_t written) const;
+  int64_t RingIndex(int64_t entry) const;
+  // Commits `added` more entries to lane `i` of `s`.
+  void Commit(Sequence& s, size_t i, int64_t added);
 
   PagedKvCacheConfig config_;
   BlockPool pool_;

@@ -307,3 +307,71 @@ def test_real_paged_decode_with_kv_cache_dtype(torch_ops, real, model_path, long
         assert agreement >= KV_INT8_MIN_AGREEMENT, f"top-1 agreement {agreement:.4f}"
         assert diff > 1e-3, "the int8 cache did not round anything"
     print(f"kv {kv_dtype}: top-1 agreement {agreement:.4f}, max abs logit diff {diff:.4f}")
+
+
+# --- the server's paged cache past Mistral's sliding window -------------------
+
+WINDOW = 37  # not a multiple of the server's block size (16)
+
+
+def _byte_level_tokenizer(path):
+    """tokenizer.json of a byte-level BPE with the 256 byte tokens and no
+    merges (vocab_size 256, as BASE): the server needs a tokenizer to start;
+    the test sends token ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.save(str(path / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def windowed_server(tmp_path_factory, start_module_server):
+    import transformers
+    torch.manual_seed(37)
+    config = transformers.MistralConfig(**{**BASE, "sliding_window": WINDOW,
+                                           "num_key_value_heads": 2})
+    model = transformers.MistralForCausalLM(config).eval()
+    path = tmp_path_factory.mktemp("windowed") / "mistral"
+    model.save_pretrained(path, safe_serialization=True)
+    _byte_level_tokenizer(path)
+    def eager(**overrides):
+        return transformers.MistralForCausalLM.from_pretrained(
+            path, dtype=torch.float32, attn_implementation="eager", **overrides).eval()
+
+    server = start_module_server([f"--model={path}", "--kv-cache-memory=64MiB",
+                                  "--default-kv-method=none"])
+    # transformers with the window, and with sliding_window=None.
+    return server, eager(), eager(sliding_window=None)
+
+
+def _generate(model, ids, max_new):
+    """transformers' own greedy generate; EOS does not stop it (the server
+    runs with ignore_eos)."""
+    out = model.generate(torch.tensor([ids]), max_new_tokens=max_new, do_sample=False,
+                         eos_token_id=None, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+@pytest.mark.parametrize("prompt_len,max_new", [(20, 40), (90, 24)])
+def test_server_decode_slides_the_window_like_transformers(windowed_server, pb, prompt_len,
+                                                           max_new):
+    """Through the server's paged cache, a greedy continuation whose prompt
+    plus output outgrows the window (from the prompt on, or only while
+    decoding) is token-identical to transformers' generate with the same
+    sliding_window under eager attention, which applies it."""
+    import grpc
+    pb2, pb2_grpc = pb
+    server, windowed, unwindowed = windowed_server
+    ids = _prompt(prompt_len, BASE["vocab_size"], seed=prompt_len)
+    expected = _generate(windowed, ids, max_new)
+    # The window changes this continuation, so attending over every entry
+    # would fail the comparison.
+    assert _generate(unwindowed, ids, max_new) != expected
+    with grpc.insecure_channel(server.target) as channel:
+        r = pb2_grpc.GenerationStub(channel).Generate(pb2.GenerateRequest(
+            input_ids=pb2.TokenIds(ids=ids),
+            stopping=pb2.StoppingCriteria(max_new_tokens=max_new, ignore_eos=True),
+            kv_compression=pb2.KvCompression(method=pb2.KvCompression.NONE)), timeout=120)
+    assert list(r.token_ids) == expected

@@ -238,6 +238,7 @@ at::Tensor ModelPagedDecodeLogits(const std::string& path, const std::string& dt
   kc.num_layers = c.num_layers;
   kc.num_kv_heads = c.num_kv_heads;
   kc.head_dim = c.head_dim;
+  kc.sliding_window = c.sliding_window;
   kc.num_blocks = static_cast<int32_t>((n / kc.block_size + 2) * c.num_layers * c.num_kv_heads);
   kc.dtype = ParseDtype(kv_dtype);
   auto cache = kv::PagedKvCache::Create(kc);
@@ -273,6 +274,7 @@ std::vector<at::Tensor> ModelChunkedSnapKv(const std::string& path, const std::s
   kc.num_layers = c.num_layers;
   kc.num_kv_heads = c.num_kv_heads;
   kc.head_dim = c.head_dim;
+  kc.sliding_window = c.sliding_window;
   kc.num_blocks =
       static_cast<int32_t>(((capacity + steps) / 16 + 2) * c.num_layers * c.num_kv_heads);
   kc.dtype = m.dtype();

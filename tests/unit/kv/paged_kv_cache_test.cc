@@ -86,6 +86,53 @@ TEST(PagedKvCacheTest, MatchesDenseStoreOverPrefillAndBatchedDecode) {
   }
 }
 
+// Mistral's sliding window: each lane a ring of W entries. DenseKvStore
+// (the last W entries of a contiguous cache) is the oracle; W = 6 is not a
+// multiple of the block size, and the prompts are shorter than, equal to and
+// longer than the window.
+TEST(PagedKvCacheTest, SlidingWindowAttendsOverTheLastEntriesOnly) {
+  constexpr int64_t kWindow = 6;
+  constexpr int32_t kBlock = 4;
+  PagedKvCacheConfig config = SmallConfig(64 * kLanes, kBlock);
+  config.sliding_window = kWindow;
+  auto created = PagedKvCache::Create(config);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  PagedKvCache& paged = **created;
+  model::DenseKvStore dense(kLayers, kWindow);
+  const std::map<int64_t, int64_t> prompts = {{1, 3}, {2, 6}, {3, 13}};
+  for (const auto& [seq, n] : prompts) {
+    // A lane never needs more than the window's blocks, however long the request.
+    EXPECT_EQ(paged.BlocksForUniform(n + 100), kLanes * 2);
+    ASSERT_TRUE(paged.AddSequence(seq, paged.BlocksForUniform(n + 100)).ok());
+    Prefill(paged, seq, n, 200 + seq);
+    Prefill(dense, seq, n, 200 + seq);
+    EXPECT_EQ(paged.num_tokens(seq), std::min(n, kWindow));
+  }
+  const std::vector<int64_t> all = {1, 2, 3};
+  for (int step = 0; step < 9; ++step) {
+    paged.BeginDecodeStep(all);
+    dense.BeginDecodeStep(all);
+    for (int64_t l = 0; l < kLayers; ++l) {
+      const at::Tensor q = at::randn({3, kHeads, kDim});
+      const at::Tensor k = at::randn({3, kKvHeads, kDim});
+      const at::Tensor v = at::randn({3, kKvHeads, kDim});
+      const at::Tensor got = paged.DecodeAttention(all, l, q, k, v);
+      const at::Tensor want = dense.DecodeAttention(all, l, q, k, v);
+      ASSERT_TRUE(at::allclose(got, want, 1e-5, 1e-5)) << "step " << step << " layer " << l;
+    }
+    paged.EndDecodeStep();
+    dense.EndDecodeStep();
+  }
+  for (const auto& [seq, n] : prompts) {
+    EXPECT_EQ(paged.num_tokens(seq), kWindow);
+    EXPECT_EQ(paged.bytes_held(seq), kLanes * 2 * PagedKvCache::BytesPerBlock(config));
+  }
+  for (int64_t seq : all) paged.RemoveSequence(seq);
+  EXPECT_EQ(paged.num_free_blocks(), 64 * kLanes);
+  config.sliding_window = -1;
+  EXPECT_FALSE(PagedKvCache::Create(config).ok());
+}
+
 TEST(PagedKvCacheTest, SelectorDecidesWhatIsCached) {
   auto cache = MakeCache(16 * kLanes);
   // Keep the even positions only, as a stand-in for SnapKV.

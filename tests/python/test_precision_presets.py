@@ -40,10 +40,10 @@ POLICIES = ["none", "snapkv", "adakv", "pyramidkv", "streaming_llm"]
 # AGREE_PREFIX greedy tokens equal on at least MIN_PREFIX_SHARE of the
 # prompts, and on the common prefix the chosen tokens' logprobs within
 # LOGPROB_BOUND nats (int8 rounding of activations and of the cache moves a
-# logprob by a few hundredths; a near-tie's order by more).
+# logprob by up to about 0.2 nats at near-ties on the machines measured).
 AGREE_PREFIX = 8
 MIN_PREFIX_SHARE = 0.75
-LOGPROB_BOUND = 0.25
+LOGPROB_BOUND = 0.4
 
 
 @pytest.fixture(scope="module")

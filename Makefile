@@ -108,7 +108,8 @@ format:
 	clang-format -i $(CXX_SOURCES)
 
 lint: build
-	clang-tidy -p $(BUILD_DIR) --quiet $(filter %.cc,$(CXX_SOURCES))
+	$(PY) scripts/lint-compile-db.py $(BUILD_DIR) $(BUILD_DIR)/lint
+	clang-tidy -p $(BUILD_DIR)/lint --quiet $(filter %.cc,$(CXX_SOURCES))
 
 clean:
 	rm -rf $(BUILD_DIR)

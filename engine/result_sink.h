@@ -18,6 +18,8 @@ namespace snapserve::engine {
 
 struct Usage {
   uint32_t prompt_tokens = 0;
+  // Of prompt_tokens, those whose K/V came from the prefix cache.
+  uint32_t cached_prompt_tokens = 0;
   uint32_t completion_tokens = 0;
   uint32_t kv_prompt_entries = 0;      // per layer and KV head, before compression
   uint32_t kv_kept_entries = 0;        // after compression (mean per layer and KV head)
@@ -60,6 +62,7 @@ struct EngineStats {
   int64_t kv_blocks_free = 0;
   int64_t kv_blocks_total = 0;
   double kv_usage_ratio = 0;
+  double prefix_cache_usage_ratio = 0;  // share of the prefix cache's memory in use
 };
 
 // Called on the engine thread after each decode step (metrics hooks).

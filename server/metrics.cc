@@ -51,6 +51,21 @@ struct Metrics::Families {
                           .Help("Prompt tokens of finished requests")
                           .Register(r)
                           .Add({})),
+        prefix_hits(prometheus::BuildCounter()
+                        .Name("snapserve_prefix_cache_hits_total")
+                        .Help("Finished requests whose prompt started from a cached prefix")
+                        .Register(r)
+                        .Add({})),
+        prefix_hit_tokens(prometheus::BuildCounter()
+                              .Name("snapserve_prefix_cache_hit_tokens_total")
+                              .Help("Prompt tokens of finished requests served by the prefix cache")
+                              .Register(r)
+                              .Add({})),
+        prefix_usage(prometheus::BuildGauge()
+                         .Name("snapserve_prefix_cache_usage_ratio")
+                         .Help("Share of the prefix cache's memory holding cached chunks")
+                         .Register(r)
+                         .Add({})),
         generated_tokens(prometheus::BuildCounter()
                              .Name("snapserve_generated_tokens_total")
                              .Help("Generated tokens of finished requests")
@@ -117,6 +132,9 @@ struct Metrics::Families {
   Histogram& ttft;
   Histogram& inter_token;
   prometheus::Counter& prompt_tokens;
+  prometheus::Counter& prefix_hits;
+  prometheus::Counter& prefix_hit_tokens;
+  prometheus::Gauge& prefix_usage;
   prometheus::Counter& generated_tokens;
   Histogram& compression_ratio;
   prometheus::Counter& kv_before;
@@ -163,6 +181,10 @@ void Metrics::RecordRequest(const RequestRecord& r) {
   if (r.ttft_s >= 0) f_->ttft.Observe(r.ttft_s);
   f_->prompt_tokens.Increment(static_cast<double>(r.prompt_tokens));
   f_->generated_tokens.Increment(static_cast<double>(r.completion_tokens));
+  if (r.cached_prompt_tokens > 0) {
+    f_->prefix_hits.Increment();
+    f_->prefix_hit_tokens.Increment(static_cast<double>(r.cached_prompt_tokens));
+  }
   if (r.kv_entries_after > 0) {
     f_->compression_ratio.Observe(static_cast<double>(r.kv_entries_before) /
                                   static_cast<double>(r.kv_entries_after));
@@ -181,6 +203,7 @@ void Metrics::SetKvCache(double usage_ratio, int64_t free_blocks) {
   f_->kv_usage.Set(usage_ratio);
   f_->kv_free.Set(static_cast<double>(free_blocks));
 }
+void Metrics::SetPrefixCache(double usage_ratio) { f_->prefix_usage.Set(usage_ratio); }
 void Metrics::SetRequests(int64_t running, int64_t waiting) {
   f_->running.Set(static_cast<double>(running));
   f_->waiting.Set(static_cast<double>(waiting));

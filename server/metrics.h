@@ -30,6 +30,7 @@ struct RequestRecord {
   double queue_s = -1;  // < 0: never queued (rejected before the engine)
   double ttft_s = -1;   // < 0: no token produced
   int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // of prompt_tokens, served by the prefix cache
   int64_t completion_tokens = 0;
   int64_t kv_entries_before = 0;  // per layer and KV head
   int64_t kv_entries_after = 0;
@@ -56,6 +57,7 @@ class Metrics {
   void ObserveInterTokenLatency(double seconds);
   void ObserveBatchSize(int64_t sequences);
   void SetKvCache(double usage_ratio, int64_t free_blocks);
+  void SetPrefixCache(double usage_ratio);
   void SetRequests(int64_t running, int64_t waiting);
 
  private:

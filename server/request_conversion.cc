@@ -133,6 +133,7 @@ v1::KvCompression::Method ToProto(engine::KvMethod method) {
 
 void FillUsage(const engine::Usage& u, v1::Usage* out) {
   out->set_prompt_tokens(u.prompt_tokens);
+  out->set_cached_prompt_tokens(u.cached_prompt_tokens);
   out->set_completion_tokens(u.completion_tokens);
   out->set_kv_prompt_entries(u.kv_prompt_entries);
   out->set_kv_kept_entries(u.kv_kept_entries);

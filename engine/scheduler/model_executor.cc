@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <vector>
@@ -14,8 +15,63 @@
 
 namespace snapserve::scheduler {
 
-ModelExecutor::ModelExecutor(model::LlamaModel& model, kv::PagedKvCache& cache)
-    : model_(model), cache_(cache) {}
+namespace {
+
+// The paged cache as the model sees it during a prompt's chunks, with each
+// layer's K/V of the whole prompt also copied into the prefix cache's pending
+// insertion for the sequence (PrefixCache::BeginInsert), if it has one.
+class PrefixCapturingStore final : public model::KvStore {
+ public:
+  PrefixCapturingStore(kv::PagedKvCache& cache, kv::PrefixCache* prefix)
+      : cache_(cache), prefix_(prefix) {}
+  void StorePrefillLayer(int64_t seq, int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                         const at::Tensor& v) override {
+    if (prefix_ != nullptr) prefix_->WriteLayer(seq, layer, k, v);
+    cache_.StorePrefillLayer(seq, layer, q, k, v);
+  }
+  at::Tensor DecodeAttention(const std::vector<int64_t>& seqs, int64_t layer, const at::Tensor& q,
+                             const at::Tensor& k, const at::Tensor& v) override {
+    return cache_.DecodeAttention(seqs, layer, q, k, v);
+  }
+
+ private:
+  kv::PagedKvCache& cache_;
+  kv::PrefixCache* prefix_;
+};
+
+}  // namespace
+
+ModelExecutor::ModelExecutor(model::LlamaModel& model, kv::PagedKvCache& cache,
+                             kv::PrefixCache* prefix)
+    : model_(model), cache_(cache), prefix_(prefix) {}
+
+void ModelExecutor::StartFromCachedPrefix(Sequence& seq, int64_t query_rows) {
+  model::PromptState& st = *seq.prompt_state;
+  const int64_t n = st.n();
+  const int64_t c = prefix_->chunk_tokens();
+  seq.prefix_hashes = prefix_->ChainHashes(seq.prompt);
+  // The prompt's last max(1, w) tokens always run: the first token needs the
+  // last position's logits, and a selector the last w queries, which the
+  // cache does not keep.
+  const int64_t max_chunks = (n - std::max<int64_t>(1, query_rows)) / c;
+  if (max_chunks <= 0) return;
+  const int64_t chunks = prefix_->CachedChunks(seq.prompt, seq.prefix_hashes, max_chunks);
+  if (chunks == 0) return;
+  // The buffers a prompt in chunks holds (LlamaModel::ContinuePrompt), filled
+  // up to the cached prefix as its own earlier chunks would have filled them.
+  const model::ModelConfig& mc = model_.config();
+  const auto opts = at::TensorOptions().dtype(model_.compute_dtype()).device(model_.device());
+  st.keys.resize(static_cast<size_t>(mc.num_layers));
+  st.values.resize(static_cast<size_t>(mc.num_layers));
+  st.queries.resize(static_cast<size_t>(mc.num_layers));
+  for (int64_t l = 0; l < mc.num_layers; ++l) {
+    st.keys[static_cast<size_t>(l)] = at::empty({mc.num_kv_heads, n, mc.head_dim}, opts);
+    st.values[static_cast<size_t>(l)] = at::empty({mc.num_kv_heads, n, mc.head_dim}, opts);
+  }
+  prefix_->CopyOut(seq.prefix_hashes, chunks, st.keys, st.values);
+  st.done = chunks * c;
+  seq.cached_prompt_tokens = st.done;
+}
 
 Status ModelExecutor::Admit(Sequence& seq) {
   const int64_t n = static_cast<int64_t>(seq.prompt.size());
@@ -50,6 +106,10 @@ Status ModelExecutor::Admit(Sequence& seq) {
   if (!added.ok()) return Status::Internal("KV reservation failed: " + added.message());
   try {
     seq.prompt_state = model_.BeginPrompt(seq.id, seq.prompt, query_rows);
+    if (prefix_ != nullptr) {
+      c10::InferenceMode inference;
+      StartFromCachedPrefix(seq, query_rows);
+    }
   } catch (const std::exception& e) {
     cache_.RemoveSequence(seq.id);
     return Status::Internal(std::string("prefill failed: ") + e.what());
@@ -59,6 +119,7 @@ Status ModelExecutor::Admit(Sequence& seq) {
 
 void ModelExecutor::Release(Sequence& seq) {
   cache_.RemoveSequence(seq.id);
+  if (prefix_ != nullptr) prefix_->AbortInsert(seq.id);
   seq.prompt_state.reset();
 }
 
@@ -103,8 +164,25 @@ StepOutcome ModelExecutor::Prefill(const ChunkWork& chunk) {
   Sequence& seq = *chunk.seq;
   try {
     model::PromptState& st = *seq.prompt_state;
-    const at::Tensor h = model_.ContinuePrompt(st, cache_, chunk.tokens);
+    PrefixCapturingStore store(cache_, prefix_);
+    at::Tensor h;
+    // With a prefix cache the chunk runs in pieces cut on the cache's chunk
+    // grid, so a prompt computes the same numbers whether its prefix came
+    // from the cache or ran here: a piece depends only on its tokens and the
+    // K/V before it (docs/kv-cache-and-scheduling.md, "Prefix cache").
+    for (int64_t left = chunk.tokens; left > 0 && !st.finished();) {
+      int64_t piece = left;
+      if (prefix_ != nullptr) {
+        piece = std::min(left, prefix_->chunk_tokens() - st.done % prefix_->chunk_tokens());
+      }
+      if (prefix_ != nullptr && st.done + piece >= st.n()) {
+        prefix_->BeginInsert(seq.id, seq.prompt, seq.prefix_hashes);
+      }
+      h = model_.ContinuePrompt(st, store, piece);
+      left -= piece;
+    }
     if (!st.finished()) return {&seq, std::nullopt, Status::Ok(), std::nullopt};
+    if (prefix_ != nullptr) prefix_->CommitInsert(seq.id);
     const at::Tensor logits = model_.Logits(h.narrow(0, h.size(0) - 1, 1));  // [1, vocab]
     seq.prompt_state.reset();
     seq.kept_entries_total = cache_.total_entries(seq.id);
@@ -116,6 +194,7 @@ StepOutcome ModelExecutor::Prefill(const ChunkWork& chunk) {
     const auto logprobs = sampling::BatchLogprobs(logits, samplers, sampled);
     return {&seq, token, Status::Ok(), logprobs.empty() ? std::nullopt : logprobs[0]};
   } catch (const std::exception& e) {
+    if (prefix_ != nullptr) prefix_->AbortInsert(seq.id);
     return {&seq, std::nullopt, Status::Internal(std::string("prefill failed: ") + e.what()),
             std::nullopt};
   }

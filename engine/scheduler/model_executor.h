@@ -11,6 +11,7 @@
 
 #include "engine/common/status.h"
 #include "engine/kv/paged_kv_cache.h"
+#include "engine/kv/prefix_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/scheduler/sequence.h"
 #include "engine/scheduler/step_executor.h"
@@ -19,11 +20,16 @@ namespace snapserve::scheduler {
 
 class ModelExecutor final : public StepExecutor {
  public:
-  ModelExecutor(model::LlamaModel& model, kv::PagedKvCache& cache);
+  // `prefix` (may be null: no prefix cache) must use chunks that divide the
+  // step planner's grid (EngineOptions::max_step_tokens), so that the chunks
+  // a prompt runs in are cut on the prefix cache's chunk grid.
+  ModelExecutor(model::LlamaModel& model, kv::PagedKvCache& cache,
+                kv::PrefixCache* prefix = nullptr);
 
   // Reserves the admitted sequence's blocks, installs its compression selector and
-  // begins its prompt. Not OK (INTERNAL) when the reservation that admission
-  // checked fails after all.
+  // begins its prompt, from after its longest cached prefix when there is a
+  // prefix cache (seq.cached_prompt_tokens). Not OK (INTERNAL) when the
+  // reservation that admission checked fails after all.
   Status Admit(Sequence& seq) override;
   // Frees whatever `seq` holds: its blocks and its prompt state.
   void Release(Sequence& seq) override;
@@ -35,13 +41,20 @@ class ModelExecutor final : public StepExecutor {
   int64_t free_blocks() const override { return cache_.num_free_blocks(); }
   int64_t total_blocks() const override { return cache_.num_total_blocks(); }
   double usage_ratio() const override { return cache_.usage_ratio(); }
+  double prefix_cache_usage_ratio() const override {
+    return prefix_ != nullptr ? prefix_->usage_ratio() : 0.0;
+  }
 
  private:
   void Decode(const std::vector<Sequence*>& decode, StepResult& result);
   StepOutcome Prefill(const ChunkWork& chunk);
+  // Starts `seq`'s prompt from its longest cached prefix: copies it into the
+  // prompt's buffers and marks those tokens done.
+  void StartFromCachedPrefix(Sequence& seq, int64_t query_rows);
 
   model::LlamaModel& model_;
   kv::PagedKvCache& cache_;
+  kv::PrefixCache* prefix_;
 };
 
 }  // namespace snapserve::scheduler

@@ -62,6 +62,7 @@ void OutputProcessor::Finish(Sequence& seq, const Ending& ending) {
   const engine::FinishReason reason = ending.reason;
   engine::Usage u;
   u.prompt_tokens = static_cast<uint32_t>(seq.prompt.size());
+  u.cached_prompt_tokens = static_cast<uint32_t>(seq.cached_prompt_tokens);
   // EOS and stop tokens are generated but not returned; count what was returned.
   const bool stop_token =
       reason == engine::FinishReason::kEos || reason == engine::FinishReason::kStopToken;

@@ -79,6 +79,7 @@ engine::EngineStats Scheduler::Stats() const {
   s.kv_blocks_free = free_blocks_.load();
   s.kv_blocks_total = executor_->total_blocks();
   s.kv_usage_ratio = usage_ratio_.load();
+  s.prefix_cache_usage_ratio = prefix_cache_usage_ratio_.load();
   return s;
 }
 
@@ -92,6 +93,7 @@ void Scheduler::PublishStats() {
   running_count_.store(static_cast<int64_t>(decoding_.size() + prefilling_.size()));
   free_blocks_.store(executor_->free_blocks());
   usage_ratio_.store(executor_->usage_ratio());
+  prefix_cache_usage_ratio_.store(executor_->prefix_cache_usage_ratio());
 }
 
 void Scheduler::Loop() {

@@ -83,6 +83,7 @@ class Scheduler {
   std::atomic<int64_t> running_count_{0};
   std::atomic<int64_t> free_blocks_{0};
   std::atomic<double> usage_ratio_{0};
+  std::atomic<double> prefix_cache_usage_ratio_{0};
 
   // Scheduler thread only. A sequence is in exactly one of the three.
   std::deque<std::unique_ptr<Sequence>> waiting_;

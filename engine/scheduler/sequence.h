@@ -54,6 +54,10 @@ struct Sequence {
   int64_t kept_entries_total = 0;
   int64_t kv_bytes_held = 0;
   int64_t kv_lanes = 0;  // layers * KV heads
+  // Prompt tokens whose K/V came from the prefix cache (their prefill was
+  // skipped), and the chain hashes of the prompt's full chunks.
+  int64_t cached_prompt_tokens = 0;
+  std::vector<uint64_t> prefix_hashes;
   bool cancelled = false;
 };
 

@@ -61,6 +61,8 @@ class StepExecutor {
   virtual int64_t free_blocks() const = 0;
   virtual int64_t total_blocks() const = 0;
   virtual double usage_ratio() const = 0;  // reserved blocks / total
+  // Share of the prefix cache's memory in use (0 without one).
+  virtual double prefix_cache_usage_ratio() const { return 0.0; }
 };
 
 }  // namespace snapserve::scheduler

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "engine/common/reusing_cpu_allocator.h"
 #include "engine/compress/snapkv_policy.h"
 #include "engine/kv/paged_kv_cache.h"
+#include "engine/kv/prefix_cache.h"
 #include "engine/model/gguf_file.h"
 #include "engine/model/llama_model.h"
 #include "engine/request_validation.h"
@@ -70,6 +72,39 @@ class IdReleasingSink final : public ResultSink {
   std::function<void()> release_;
 };
 
+// What prompt K/V depend on besides the tokens: the model file (its path,
+// size and modification time: hashing gigabytes at every start would cost
+// more than it guards), the dtypes and precision paths of the prompt's
+// arithmetic, the CPU path the kernels take, and the cache's chunking. Chunks
+// computed under another fingerprint are never served.
+uint64_t ModelFingerprint(const EngineOptions& o, const model::LlamaModel& m, Dtype kv_dtype) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path path = fs::absolute(o.model_path, ec);
+  std::string id = "snapserve-prefix-v1|" + path.string();
+  auto add_file = [&](const fs::path& file) {
+    std::error_code e;
+    id += "|" + file.filename().string() + ":" + std::to_string(fs::file_size(file, e)) + ":" +
+          std::to_string(fs::last_write_time(file, e).time_since_epoch().count());
+  };
+  if (fs::is_directory(path, ec)) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(path, ec)) files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) add_file(f);
+  } else {
+    add_file(path);
+  }
+  id += std::string("|dtype=") + dtype_name(o.dtype) +
+        "|compute=" + std::string(c10::toString(m.compute_dtype())) +
+        "|kv=" + dtype_name(kv_dtype) + "|quantized_dot=" + quant_dot_name(o.quantized_dot) +
+        "|prefill_gemm=" + prefill_gemm_name(o.prefill_gemm) +
+        "|decode_dot=" + decode_dot_name(o.decode_dot) + "|device=" + device_name(o.device) +
+        "|isa=" + kernels::cpu_isa_name(kernels::cpu_isa()) +
+        "|chunk=" + std::to_string(o.prefix_cache_chunk_tokens);
+  return kv::StableHash(id);
+}
+
 }  // namespace
 
 class Engine::Impl {
@@ -79,6 +114,7 @@ class Engine::Impl {
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<kv::PagedKvCache> cache;
+  std::unique_ptr<kv::PrefixCache> prefix_cache;  // null when off
   std::unique_ptr<scheduler::Scheduler> scheduler;
   std::atomic<int64_t> next_seq_id{1};
   std::mutex ids_mu;
@@ -199,7 +235,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   kc.dtype = ToScalarType(kv_dtype);
   kc.device = device;
   kc.prefault = options.kv_cache_prefault;
-  kc.num_blocks = kv::PagedKvCache::NumBlocksForBudget(kc, options.kv_cache_memory_bytes);
+  const double share = options.prefix_cache_memory_share;
+  if (!(share >= 0 && share < 1)) {
+    return Status::InvalidArgument("prefix_cache_memory: the share must be in [0, 1), got " +
+                                   std::to_string(share));
+  }
+  const auto prefix_bytes =
+      static_cast<int64_t>(share * static_cast<double>(options.kv_cache_memory_bytes));
+  kc.num_blocks =
+      kv::PagedKvCache::NumBlocksForBudget(kc, options.kv_cache_memory_bytes - prefix_bytes);
   if (kc.num_blocks <= 0) {
     return Status::InvalidArgument(
         "kv_cache_memory: " + std::to_string(options.kv_cache_memory_bytes) +
@@ -212,6 +256,28 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   StatusOr<std::unique_ptr<kv::PagedKvCache>> cache = Status::Internal("KV cache not created");
   OnThreadOfItsOwn([&] { cache = kv::PagedKvCache::Create(kc); });
   SNAPSERVE_ASSIGN_OR_RETURN(impl->cache, std::move(cache));
+  if (prefix_bytes > 0) {
+    const int64_t chunk = options.prefix_cache_chunk_tokens;
+    if (chunk <= 0 || options.max_step_tokens % chunk != 0) {
+      return Status::InvalidArgument(
+          "max_step_tokens: with the prefix cache on it must be a multiple of its " +
+          std::to_string(chunk) + "-token chunks, got " + std::to_string(options.max_step_tokens));
+    }
+    kv::PrefixCacheConfig pc;
+    pc.num_layers = mc.num_layers;
+    pc.num_kv_heads = mc.num_kv_heads;
+    pc.head_dim = mc.head_dim;
+    pc.chunk_tokens = chunk;
+    pc.dtype = impl->model->compute_dtype();
+    pc.device = device;
+    pc.fingerprint = ModelFingerprint(options, *impl->model, kv_dtype);
+    pc.capacity_chunks = prefix_bytes / kv::PrefixCache::BytesPerChunk(pc);
+    SNAPSERVE_ASSIGN_OR_RETURN(impl->prefix_cache, kv::PrefixCache::Create(pc));
+    log("prefix cache: " + std::to_string(pc.capacity_chunks) + " chunks of " +
+        std::to_string(chunk) + " tokens (" + std::to_string(pc.capacity_chunks * chunk) +
+        " tokens, " + std::string(c10::toString(pc.dtype)) + ", " +
+        std::to_string(prefix_bytes >> 20) + " MiB)");
+  }
   log("KV cache: " + std::to_string(kc.num_blocks) + " blocks of " + std::to_string(kc.block_size) +
       " entries of one layer and KV head (" +
       std::to_string(static_cast<int64_t>(kc.num_blocks) * kc.block_size /
@@ -242,7 +308,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
                                static_cast<uint64_t>(kc.num_layers * kc.num_kv_heads);
 
   impl->scheduler = std::make_unique<scheduler::Scheduler>(
-      std::make_unique<scheduler::ModelExecutor>(*impl->model, *impl->cache),
+      std::make_unique<scheduler::ModelExecutor>(*impl->model, *impl->cache,
+                                                 impl->prefix_cache.get()),
       scheduler::SchedulerOptions{
           scheduler::StepLimits{options.max_batch_size, options.max_step_tokens,
                                 options.max_prefill_tokens_per_step},

@@ -74,6 +74,15 @@ struct EngineOptions {
   // (docs/kv-cache-and-scheduling.md, "Chunked prefill").
   int64_t max_step_tokens = 2048;
 
+  // The prefix cache (docs/kv-cache-and-scheduling.md, "Prefix cache"): the
+  // share of kv_cache_memory_bytes that holds prompt chunks' K/V across
+  // requests (the paged cache gets the rest); 0: no prefix cache.
+  double prefix_cache_memory_share = 0;
+  // Tokens per cached chunk; must divide max_step_tokens. Prompts then run
+  // in pieces cut on this grid, so a cached prefix and a cold prefill
+  // compute the same numbers. Not a server flag.
+  int64_t prefix_cache_chunk_tokens = 256;
+
   // What a request that leaves kv_compression fields unset gets.
   KvCompressionConfig default_kv_compression;
 };

@@ -148,6 +148,7 @@ int Run(const ServerConfig& config) {
     while (!stop_gauges.load()) {
       const engine::EngineStats st = (*engine)->stats();
       metrics.SetKvCache(st.kv_usage_ratio, st.kv_blocks_free);
+      metrics.SetPrefixCache(st.prefix_cache_usage_ratio);
       metrics.SetRequests(st.running, st.waiting);
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }

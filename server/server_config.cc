@@ -246,6 +246,22 @@ const std::vector<FlagGroup>& FlagGroups() {
               return SetInt(c.engine.max_step_tokens, v, 1, 1 << 20);
             },
             [](const ServerConfig& c) { return std::to_string(c.engine.max_step_tokens); }},
+           {"prefix-cache-memory",
+            "share of --kv-cache-memory that caches prompt prefixes' K/V across requests, in "
+            "[0, 0.9] (0: off)",
+            [](ServerConfig& c, const std::string& v) {
+              char* end = nullptr;
+              const double x = std::strtod(v.c_str(), &end);
+              if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0 || x > 0.9)
+                return std::string("expected a share in [0, 0.9], got '") + Bounded(v) + "'";
+              c.engine.prefix_cache_memory_share = x;
+              return std::string();
+            },
+            [](const ServerConfig& c) {
+              std::ostringstream o;
+              o << c.engine.prefix_cache_memory_share;
+              return o.str();
+            }},
        }},
       {"KV compression defaults (a request's own kv_compression fields win)",
        {

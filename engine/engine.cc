@@ -408,6 +408,11 @@ StatusOr<std::vector<uint32_t>> Engine::Tokenize(std::string_view text, bool add
   return std::vector<uint32_t>(ids.begin(), ids.end());
 }
 
+std::string Engine::TokenBytes(uint32_t id) const {
+  if (id >= static_cast<uint32_t>(impl_->tokenizer->vocab_size())) return {};
+  return impl_->tokenizer->TokenBytes(static_cast<int32_t>(id));
+}
+
 EngineStats Engine::stats() const { return impl_->scheduler->Stats(); }
 
 void Engine::SetObserver(EngineObserver observer) {

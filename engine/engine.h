@@ -165,6 +165,10 @@ class Engine {
   StatusOr<std::vector<uint32_t>> Tokenize(std::string_view text, bool add_special_tokens,
                                            bool split_special_tokens = false) const;
 
+  // The raw bytes token `id` stands for (possibly part of a UTF-8
+  // character; empty when out of range): the OpenAI API's logprob tokens.
+  std::string TokenBytes(uint32_t id) const;
+
   EngineStats stats() const;
   void SetObserver(EngineObserver observer);
 

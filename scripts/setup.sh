@@ -29,6 +29,7 @@ APT_PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libgtest-dev libgmock-dev
   googletest civetweb libcivetweb-dev libcurl4-openssl-dev zlib1g-dev
   libsentencepiece-dev prometheus openssl clang-format clang-tidy
+  libboost-dev libssl-dev  # the OpenAI-compatible HTTP API: Boost.Beast/Asio, TLS
   clang libclang-rt-14-dev  # the fuzz harnesses: clang's libFuzzer (tests/fuzz/)
 )
 # prometheus-cpp 1.0.2 and kustomize exist only in Debian 13 (trixie); their

@@ -43,22 +43,18 @@ grpc::Status DeadlineAware(const grpc::Status& status,
   return status;
 }
 
-// The checks made before the engine's own: enum values the engine's structs
-// cannot carry, and input text too long to ever fit the context, refused
-// before the engine tokenizes it (engine/request_validation.h).
+}  // namespace
+
 Status CheckRequest(const engine::Engine& engine, const v1::GenerateRequest& request,
                     const engine::GenerationRequest& converted) {
   SNAPSERVE_RETURN_IF_ERROR(CheckEnumValues(request));
   return engine::CheckInputBytes(converted, engine.model().max_context_length);
 }
 
-// What every Generate call reports when it ends: metrics and one JSON line.
-// `status` is what the client got; `engine_status` the engine's own, whose
-// message the log keeps when the client got only a summary (INTERNAL, ToGrpc).
 // One `kv_cache_compressed` line per request whose prompt KV the engine
 // compressed: the event the seed's CloudWatch Logs Insights query filters on
 // (README, "Logs Insights queries"), with the policy that chose what to keep.
-void LogCompression(const std::string& request_id, const engine::Usage& usage) {
+static void LogCompression(const std::string& request_id, const engine::Usage& usage) {
   LogEvent("info", "kv_cache_compressed",
            {{"request_id", Bounded(request_id)},
             {"method", engine::kv_method_name(usage.kv_method)},
@@ -119,6 +115,8 @@ void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Sta
     LogCompression(request_id, usage);
   }
 }
+
+namespace {
 
 // ---------------------------------------------------------------- unary ---
 

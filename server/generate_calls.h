@@ -6,6 +6,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+#include <string>
+
 #include "engine/engine.h"
 #include "snapserve/v1/generation.grpc.pb.h"
 
@@ -19,6 +22,23 @@ struct CallContext {
   Metrics* metrics = nullptr;
   InFlight* in_flight = nullptr;
 };
+
+// The checks made before the engine's own, for every front door (gRPC and
+// HTTP): enum values the engine's structs cannot carry, and input text too
+// long to ever fit the context, refused before the engine tokenizes it
+// (engine/request_validation.h).
+Status CheckRequest(const engine::Engine& engine, const snapserve::v1::GenerateRequest& request,
+                    const engine::GenerationRequest& converted);
+
+// What every generation call reports when it ends, whichever front door it
+// came through: metrics and one `inference_complete` JSON line. `status` is
+// what the client got (as a gRPC code); `engine_status` the engine's own,
+// whose message the log keeps when the client got only a summary (INTERNAL,
+// ToGrpc).
+void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Status& status,
+                const Status& engine_status, engine::FinishReason reason,
+                const engine::Usage& usage, bool reached_engine,
+                std::chrono::steady_clock::time_point arrival);
 
 // Both start the call and return the reactor gRPC drives; it deletes itself
 // in OnDone.

@@ -1,7 +1,8 @@
 // snapserve: the gRPC inference server's entry point. Parses flags, starts
 // the metrics endpoint, the gRPC server (Generation, grpc.health.v1, server
-// reflection), loads the model, and on SIGTERM/SIGINT drains in-flight calls
-// within --shutdown-grace before exiting 0.
+// reflection) and, with --http-port, the OpenAI-compatible HTTP API, loads
+// the model, and on SIGTERM/SIGINT drains in-flight calls of both within
+// --shutdown-grace before exiting 0.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -21,6 +22,8 @@
 #include "engine/engine.h"
 #include "server/auth.h"
 #include "server/generation_service.h"
+#include "server/http/http_server.h"
+#include "server/http/openai_service.h"
 #include "server/logging.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
@@ -114,6 +117,34 @@ int Run(const ServerConfig& config) {
     LogEvent("error", "startup_failed", {{"error", "cannot listen on " + address}});
     return 1;
   }
+  // The HTTP front door listens from the start too, answering 503 until the
+  // model is loaded. Declared before the engine: it must outlive it, since
+  // the engine's sinks hold its connections until the engine is destroyed.
+  http::OpenAiService openai(&metrics, &service.in_flight());
+  openai.SetAuth(auth.get());
+  std::unique_ptr<http::HttpServer> http_server;
+  if (config.http_port > 0) {
+    http_server = std::make_unique<http::HttpServer>(
+        http::HttpServerOptions{.host = config.host,
+                                .port = config.http_port,
+                                .tls_cert = config.tls_cert,
+                                .tls_key = config.tls_key,
+                                .tls_client_ca = config.tls_client_ca,
+                                .max_body_bytes = static_cast<size_t>(config.max_message_bytes)},
+        [&openai](const http::HttpRequest& request, std::shared_ptr<http::HttpResponder> r) {
+          openai.Handle(request, std::move(r));
+        });
+    if (std::string err = http_server->Start(); !err.empty()) {
+      LogEvent("error", "startup_failed", {{"error", "HTTP API: " + err}});
+      server->Shutdown();
+      return 1;
+    }
+    LogEvent("info", "http_listening",
+             {{"address", http_server->address()},
+              {"port", http_server->port()},
+              {"tls", !config.tls_cert.empty()},
+              {"auth", auth != nullptr}});
+  }
   auto* health = server->GetHealthCheckService();
   // NOT_SERVING while the model loads, for the server ("") and for the
   // Generation service by name (unregistered, it would answer NOT_FOUND).
@@ -154,6 +185,7 @@ int Run(const ServerConfig& config) {
     }
   });
   service.SetReady(engine->get());
+  openai.SetReady(engine->get());
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
   const auto& info = (*engine)->model();
@@ -173,15 +205,18 @@ int Run(const ServerConfig& config) {
             {"in_flight", service.in_flight().count()},
             {"grace_s", config.shutdown_grace_s}});
   service.SetDraining(true);
+  openai.SetDraining(true);
   health->SetServingStatus(false);
   const bool idle = service.in_flight().WaitIdle(config.shutdown_grace_s);
   // Calls still running after the grace end with UNAVAILABLE from the
   // engine's shutdown; Shutdown's deadline then cancels anything left.
   (*engine)->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (http_server) http_server->Stop();
   stop_gauges.store(true);
   gauges.join();
   service.SetReady(nullptr);
+  openai.SetReady(nullptr);
   LogEvent("info", "stopped", {{"drained", idle}});
   return 0;
 }

@@ -155,7 +155,13 @@ const std::vector<FlagGroup>& FlagGroups() {
               return SetInt(c.metrics_port, v, 0, 65535);
             },
             [](const ServerConfig& c) { return std::to_string(c.metrics_port); }},
-           {"max-message-bytes", "largest gRPC message accepted or sent (bytes, or 16MiB)",
+           {"http-port",
+            "OpenAI-compatible HTTP API port (0: off); on --host, with gRPC's TLS and token",
+            [](ServerConfig& c, const std::string& v) { return SetInt(c.http_port, v, 0, 65535); },
+            [](const ServerConfig& c) { return std::to_string(c.http_port); }},
+           {"max-message-bytes",
+            "largest gRPC message accepted or sent, and largest HTTP request body (bytes, or "
+            "16MiB)",
             [](ServerConfig& c, const std::string& v) {
               const int64_t b = ParseByteSize(v);
               if (b < 1024 || b > (int64_t{1} << 31) - 1)
@@ -413,6 +419,8 @@ std::string CheckConsistency(const ServerConfig& c) {
   if (c.engine.default_max_new_tokens > c.engine.max_new_tokens_limit)
     return "--default-max-new-tokens exceeds --max-new-tokens-limit";
   if (c.port != 0 && c.port == c.metrics_port) return "--port and --metrics-port must differ";
+  if (c.http_port != 0 && (c.http_port == c.port || c.http_port == c.metrics_port))
+    return "--http-port must differ from --port and --metrics-port";
   // Only bfloat16 weights have bfloat16 dot products to take; on CUDA a
   // bfloat16 model computes in bfloat16 already.
   if (c.engine.decode_dot == engine::DecodeDot::kBFloat16 &&

@@ -22,6 +22,9 @@ struct ServerConfig {
   // value unless --metrics-host says otherwise (so a loopback-only gRPC
   // server does not expose its metrics on every interface).
   std::string metrics_host;
+  // The OpenAI-compatible HTTP API (server/http/): off unless set. It listens
+  // on --host, with the gRPC port's TLS and bearer token.
+  int http_port = 0;
   int64_t max_message_bytes = 16 << 20;
   std::string tls_cert;       // PEM file; enables TLS together with tls_key
   std::string tls_key;        // PEM file

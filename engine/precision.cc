@@ -39,12 +39,14 @@ Choice CpuChoice(Precision preset, const HardwareFacts& hw, Dtype model_dtype) {
       return c;
     case Precision::kAuto:
       // A decode step streams every weight and every cached entry: int8
-      // block dots and an int8 cache read the fewest bytes, on every ISA
-      // with a SIMD int8 dot. Larger blocks make the paged attention's
-      // inner loops longer and its block tables shorter.
+      // block dots read the fewest weight bytes on every ISA with a SIMD
+      // int8 dot. An int8 cache pays only where decode attention reads it in
+      // place (AVX-512); below that each block is widened to float32 first,
+      // which costs more than the bytes it saves. Larger blocks make the
+      // paged attention's inner loops longer and its block tables shorter.
       c.quantized_dot = hw.avx2 ? QuantDot::kInt8 : QuantDot::kExact;
       c.prefill_gemm = FastestPrefillGemm(hw);
-      c.kv_cache_dtype = hw.avx2 ? std::optional<Dtype>(Dtype::kInt8) : std::nullopt;
+      c.kv_cache_dtype = hw.avx512 ? std::optional<Dtype>(Dtype::kInt8) : std::nullopt;
       c.block_size = 64;
       if (model_dtype == Dtype::kBFloat16 && hw.avx512_bf16) c.decode_dot = DecodeDot::kBFloat16;
       return c;
@@ -98,6 +100,7 @@ HardwareFacts DetectHardware(const Device& device, const std::string& model_path
   const kernels::CpuIsa isa = kernels::cpu_isa();
   hw.isa_name = kernels::cpu_isa_name(isa);
   hw.avx2 = isa >= kernels::CpuIsa::kAvx2;
+  hw.avx512 = isa >= kernels::CpuIsa::kAvx512;
   hw.int8_panels = isa >= kernels::CpuIsa::kAvx512Vnni;
   hw.avx512_bf16 = kernels::has_avx512_bf16();
   hw.amx = kernels::has_amx_bf16();

@@ -42,6 +42,7 @@ struct HardwareFacts {
   // CPU kernel paths (kernels/cpu_isa.h), under any SNAPSERVE_CPU_ISA cap.
   const char* isa_name = "portable";
   bool avx2 = false;         // the AVX2 int8 block dot
+  bool avx512 = false;       // AVX-512F: decode attention reads an int8 cache in place
   bool int8_panels = false;  // AVX-512 VNNI: the int8 prompt GEMM and decode panels
   bool avx512_bf16 = false;  // vdpbf16ps: a native bfloat16 GEMM
   bool amx = false;          // AMX tiles: the fastest bfloat16 prompt GEMM
@@ -53,7 +54,8 @@ HardwareFacts DetectHardware(const Device& device, const std::string& model_path
 // Writes the preset's settings into `options` (dtype, quantized_dot,
 // prefill_gemm, decode_dot, kv_cache_dtype, block_size), each explicit one in
 // `overrides` winning. Returns the one line the server logs, e.g.
-// "precision auto: decode int8 dot (avx2), prefill float32, KV int8, block 64".
+// "precision auto: decode int8 dot (avx2), prefill float32, dtype float32, KV float32,
+// block 64".
 std::string ResolvePrecision(Precision preset, const PrecisionOverrides& overrides,
                              const HardwareFacts& hw, EngineOptions& options);
 

@@ -21,6 +21,7 @@ HardwareFacts Avx2Gguf() {
 HardwareFacts Zen4Gguf() {  // AVX-512 VNNI and AVX512_BF16, no AMX
   HardwareFacts hw = Avx2Gguf();
   hw.isa_name = "avx512vnni";
+  hw.avx512 = true;
   hw.int8_panels = true;
   hw.avx512_bf16 = true;
   return hw;
@@ -59,13 +60,16 @@ TEST(PrecisionTest, AutoPicksEachCpuFamilysFastestPaths) {
   EngineOptions o = Resolve(Precision::kAuto, Avx2Gguf(), {}, &line);
   EXPECT_EQ(o.quantized_dot, QuantDot::kInt8);
   EXPECT_EQ(o.prefill_gemm, PrefillGemm::kFloat32);  // bfloat16 would be emulated
-  EXPECT_EQ(o.kv_cache_dtype, Dtype::kInt8);
+  EXPECT_FALSE(o.kv_cache_dtype.has_value());        // an int8 cache is widened below AVX-512
   EXPECT_EQ(o.block_size, 64);
-  EXPECT_EQ(line, "precision auto: decode int8 dot (avx2), prefill float32, dtype float32, KV int8, block 64");
+  EXPECT_EQ(line,
+            "precision auto: decode int8 dot (avx2), prefill float32, dtype float32, KV float32, "
+            "block 64");
 
   o = Resolve(Precision::kAuto, Zen4Gguf());
   EXPECT_EQ(o.quantized_dot, QuantDot::kInt8);
   EXPECT_EQ(o.prefill_gemm, PrefillGemm::kInt8);
+  EXPECT_EQ(o.kv_cache_dtype, Dtype::kInt8);
 
   o = Resolve(Precision::kAuto, SapphireRapidsGguf(), {}, &line);
   EXPECT_EQ(o.prefill_gemm, PrefillGemm::kBFloat16);
@@ -108,7 +112,8 @@ TEST(PrecisionTest, ExplicitSettingsWinOverEveryPreset) {
   o.kv_cache_dtype = Dtype::kFloat16;
   o.block_size = 32;
   o.dtype = Dtype::kFloat16;
-  for (Precision p : {Precision::kAuto, Precision::kExact, Precision::kInt8, Precision::kBFloat16}) {
+  for (Precision p :
+       {Precision::kAuto, Precision::kExact, Precision::kInt8, Precision::kBFloat16}) {
     for (bool cuda : {false, true}) {
       HardwareFacts hw = SapphireRapidsGguf();
       hw.cuda = cuda;
@@ -168,7 +173,8 @@ TEST(PrecisionFlagTest, MarkdownHelpIsOneTableRowPerFlag) {
   // Every flag of the plain help is a row, and '|' inside a cell is escaped.
   const std::string plain = ServerHelp();
   size_t flags = 0;
-  for (size_t at = plain.find("\n  --"); at != std::string::npos; at = plain.find("\n  --", at + 1)) {
+  for (size_t at = plain.find("\n  --"); at != std::string::npos;
+       at = plain.find("\n  --", at + 1)) {
     ++flags;
   }
   size_t rows = 0;

@@ -7,7 +7,9 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <unordered_set>
 
@@ -16,6 +18,9 @@
 #include "engine/compress/snapkv_policy.h"
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/kv/prefix_cache.h"
+#include "engine/kv/store/model_files_digest.h"
+#include "engine/kv/store/redis_connection.h"
+#include "engine/kv/store/shared_kv_tier.h"
 #include "engine/model/gguf_file.h"
 #include "engine/model/llama_model.h"
 #include "engine/request_validation.h"
@@ -72,37 +77,86 @@ class IdReleasingSink final : public ResultSink {
   std::function<void()> release_;
 };
 
-// What prompt K/V depend on besides the tokens: the model file (its path,
-// size and modification time: hashing gigabytes at every start would cost
-// more than it guards), the dtypes and precision paths of the prompt's
-// arithmetic, the CPU path the kernels take, and the cache's chunking. Chunks
-// computed under another fingerprint are never served.
-uint64_t ModelFingerprint(const EngineOptions& o, const model::LlamaModel& m, Dtype kv_dtype) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path path = fs::absolute(o.model_path, ec);
-  std::string id = "snapserve-prefix-v1|" + path.string();
-  auto add_file = [&](const fs::path& file) {
-    std::error_code e;
-    id += "|" + file.filename().string() + ":" + std::to_string(fs::file_size(file, e)) + ":" +
-          std::to_string(fs::last_write_time(file, e).time_since_epoch().count());
-  };
-  if (fs::is_directory(path, ec)) {
-    std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(path, ec)) files.push_back(entry.path());
-    std::sort(files.begin(), files.end());
-    for (const fs::path& f : files) add_file(f);
-  } else {
-    add_file(path);
-  }
-  id += std::string("|dtype=") + dtype_name(o.dtype) +
-        "|compute=" + std::string(c10::toString(m.compute_dtype())) +
-        "|kv=" + dtype_name(kv_dtype) + "|quantized_dot=" + quant_dot_name(o.quantized_dot) +
-        "|prefill_gemm=" + prefill_gemm_name(o.prefill_gemm) +
-        "|decode_dot=" + decode_dot_name(o.decode_dot) + "|device=" + device_name(o.device) +
-        "|isa=" + kernels::cpu_isa_name(kernels::cpu_isa()) +
-        "|chunk=" + std::to_string(o.prefix_cache_chunk_tokens);
+// What prompt K/V depend on besides the tokens: the model's files by content
+// (kv/store/model_files_digest.h: the same on every replica that serves
+// them, wherever they are mounted), the dtypes and precision paths of the
+// prompt's arithmetic, the CPU path the kernels take, and the cache's
+// chunking. Chunks computed under another fingerprint are never served, by
+// this process or through a shared store.
+StatusOr<uint64_t> ModelFingerprint(const EngineOptions& o, const model::LlamaModel& m,
+                                    Dtype kv_dtype) {
+  SNAPSERVE_ASSIGN_OR_RETURN(const uint64_t files, kv::ModelFilesDigest(o.model_path));
+  const std::string id =
+      "snapserve-prefix-v2|files=" + std::to_string(files) + "|dtype=" + dtype_name(o.dtype) +
+      "|compute=" + std::string(c10::toString(m.compute_dtype())) + "|kv=" + dtype_name(kv_dtype) +
+      "|quantized_dot=" + quant_dot_name(o.quantized_dot) +
+      "|prefill_gemm=" + prefill_gemm_name(o.prefill_gemm) +
+      "|decode_dot=" + decode_dot_name(o.decode_dot) + "|device=" + device_name(o.device) +
+      "|isa=" + kernels::cpu_isa_name(kernels::cpu_isa()) +
+      "|chunk=" + std::to_string(o.prefix_cache_chunk_tokens);
   return kv::StableHash(id);
+}
+
+std::optional<kv::ChunkDtype> ToChunkDtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return kv::ChunkDtype::kFloat32;
+    case at::kBFloat16:
+      return kv::ChunkDtype::kBFloat16;
+    case at::kHalf:
+      return kv::ChunkDtype::kFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
+// The shared tier of `prefix` from options.kv_store (docs/kv-cache-and-
+// scheduling.md, "Shared tier in Redis").
+StatusOr<std::unique_ptr<kv::SharedKvTier>> MakeKvTier(
+    const EngineOptions::KvStore& o, const kv::PrefixCache& prefix,
+    const std::function<void(const std::string&)>& log) {
+  if (!kv::HaveRedisClient()) {
+    return Status::InvalidArgument(
+        "kv_store: this build has no Redis client (it needs libhiredis-dev and libssl-dev)");
+  }
+  SNAPSERVE_ASSIGN_OR_RETURN(kv::RedisEndpoint endpoint, kv::ParseRedisUrl(o.url));
+  endpoint.tls = endpoint.tls || o.tls;
+  endpoint.tls_ca_file = o.tls_ca_file;
+  endpoint.user = o.user;
+  endpoint.password = o.password;
+  if (endpoint.password.empty() && !o.password_file.empty()) {
+    std::ifstream in(o.password_file, std::ios::binary);
+    if (!in.is_open()) return Status::InvalidArgument("kv_store: cannot read " + o.password_file);
+    std::ostringstream text;
+    text << in.rdbuf();
+    endpoint.password = text.str();
+    while (!endpoint.password.empty() &&
+           (endpoint.password.back() == '\n' || endpoint.password.back() == '\r')) {
+      endpoint.password.pop_back();
+    }
+  }
+  const kv::PrefixCacheConfig& pc = prefix.config();
+  const std::optional<kv::ChunkDtype> dtype = ToChunkDtype(pc.dtype);
+  if (!dtype) return Status::InvalidArgument("kv_store: unsupported K/V dtype");
+  kv::SharedKvTierConfig c;
+  c.endpoint = endpoint;
+  c.layout = {pc.fingerprint,
+              *dtype,
+              static_cast<uint32_t>(pc.num_layers),
+              static_cast<uint32_t>(pc.num_kv_heads),
+              static_cast<uint32_t>(pc.head_dim),
+              static_cast<uint32_t>(pc.chunk_tokens)};
+  c.dtype = pc.dtype;
+  c.ttl_s = o.ttl_s;
+  c.fetch_wait = std::chrono::milliseconds(o.fetch_wait_ms);
+  c.write_queue_chunks = o.write_queue_chunks;
+  SNAPSERVE_ASSIGN_OR_RETURN(std::unique_ptr<kv::SharedKvTier> tier, kv::SharedKvTier::Create(c));
+  // The endpoint without credentials (the URL never has any).
+  log("kv store: " + std::string(endpoint.tls ? "rediss://" : "redis://") + endpoint.host + ":" +
+      std::to_string(endpoint.port) + "/" + std::to_string(endpoint.db) +
+      (endpoint.password.empty() ? "" : ", AUTH") + ", TTL " + std::to_string(o.ttl_s) + " s, " +
+      std::to_string(c.layout.EntryBytes()) + " bytes per chunk entry");
+  return tier;
 }
 
 }  // namespace
@@ -115,6 +169,8 @@ class Engine::Impl {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<kv::PagedKvCache> cache;
   std::unique_ptr<kv::PrefixCache> prefix_cache;  // null when off
+  // Declared before the scheduler: the scheduler's executor uses it.
+  std::unique_ptr<kv::SharedKvTier> kv_tier;  // null when off
   std::unique_ptr<scheduler::Scheduler> scheduler;
   std::atomic<int64_t> next_seq_id{1};
   std::mutex ids_mu;
@@ -270,13 +326,21 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
     pc.chunk_tokens = chunk;
     pc.dtype = impl->model->compute_dtype();
     pc.device = device;
-    pc.fingerprint = ModelFingerprint(options, *impl->model, kv_dtype);
+    SNAPSERVE_ASSIGN_OR_RETURN(pc.fingerprint, ModelFingerprint(options, *impl->model, kv_dtype));
     pc.capacity_chunks = prefix_bytes / kv::PrefixCache::BytesPerChunk(pc);
     SNAPSERVE_ASSIGN_OR_RETURN(impl->prefix_cache, kv::PrefixCache::Create(pc));
     log("prefix cache: " + std::to_string(pc.capacity_chunks) + " chunks of " +
         std::to_string(chunk) + " tokens (" + std::to_string(pc.capacity_chunks * chunk) +
         " tokens, " + std::string(c10::toString(pc.dtype)) + ", " +
         std::to_string(prefix_bytes >> 20) + " MiB)");
+  }
+  if (!options.kv_store.url.empty()) {
+    if (impl->prefix_cache == nullptr) {
+      return Status::InvalidArgument(
+          "kv_store: the shared tier needs the prefix cache (prefix_cache_memory > 0)");
+    }
+    SNAPSERVE_ASSIGN_OR_RETURN(impl->kv_tier,
+                               MakeKvTier(options.kv_store, *impl->prefix_cache, log));
   }
   log("KV cache: " + std::to_string(kc.num_blocks) + " blocks of " + std::to_string(kc.block_size) +
       " entries of one layer and KV head (" +
@@ -309,7 +373,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
 
   impl->scheduler = std::make_unique<scheduler::Scheduler>(
       std::make_unique<scheduler::ModelExecutor>(*impl->model, *impl->cache,
-                                                 impl->prefix_cache.get()),
+                                                 impl->prefix_cache.get(), impl->kv_tier.get()),
       scheduler::SchedulerOptions{
           scheduler::StepLimits{options.max_batch_size, options.max_step_tokens,
                                 options.max_prefill_tokens_per_step},
@@ -417,6 +481,25 @@ EngineStats Engine::stats() const { return impl_->scheduler->Stats(); }
 
 void Engine::SetObserver(EngineObserver observer) {
   impl_->scheduler->SetObserver(std::move(observer));
+}
+
+KvStoreStats Engine::kv_store_stats() const {
+  KvStoreStats s;
+  kv::KvStoreCounters c;
+  if (impl_->kv_tier) c = impl_->kv_tier->counters();
+  s.read_hits = c.read_hits;
+  s.read_misses = c.read_misses;
+  s.writes = c.writes;
+  s.bytes_read = c.bytes_read;
+  s.bytes_written = c.bytes_written;
+  for (size_t i = 0; i < c.errors.size(); ++i) {
+    s.errors.emplace_back(kv::kv_store_error_name(static_cast<kv::KvStoreError>(i)), c.errors[i]);
+  }
+  return s;
+}
+
+void Engine::SetKvStoreLogger(std::function<void(const std::string&)> log) {
+  if (impl_->kv_tier) impl_->kv_tier->SetLogger(std::move(log));
 }
 
 void Engine::Shutdown() {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/common/status.h"
@@ -83,8 +84,36 @@ struct EngineOptions {
   // compute the same numbers. Not a server flag.
   int64_t prefix_cache_chunk_tokens = 256;
 
+  // The prefix cache's shared tier (docs/kv-cache-and-scheduling.md,
+  // "Shared tier in Redis"): chunks missing locally are looked up there and
+  // chunks computed here are written there. Needs the prefix cache.
+  struct KvStore {
+    std::string url;            // redis://host:port[/db] or rediss://...; empty: off
+    bool tls = false;           // TLS also for a redis:// URL
+    std::string tls_ca_file;    // empty: the system's CA store
+    std::string user;           // ACL user; empty: AUTH with the password alone
+    std::string password;       // never logged
+    std::string password_file;  // read at start when password is empty
+    int64_t ttl_s = 3600;       // 0: entries never expire
+    // Longest a request waits for its chunks' lookups before its prefill.
+    int64_t fetch_wait_ms = 500;
+    int64_t write_queue_chunks = 8;  // chunks waiting to be written, at most
+  } kv_store;
+
   // What a request that leaves kv_compression fields unset gets.
   KvCompressionConfig default_kv_compression;
+};
+
+// The shared tier's counters since start (all zero without one).
+struct KvStoreStats {
+  int64_t read_hits = 0;    // chunks read from the store and used
+  int64_t read_misses = 0;  // lookups the store did not have
+  int64_t writes = 0;       // chunks written
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  // Errors by kind: connect, io, truncated, format, checksum, wrong_model,
+  // mismatch, queue_full (every kind listed, zeros included).
+  std::vector<std::pair<std::string, int64_t>> errors;
 };
 
 struct ChatMessage {
@@ -171,6 +200,10 @@ class Engine {
 
   EngineStats stats() const;
   void SetObserver(EngineObserver observer);
+  KvStoreStats kv_store_stats() const;
+  // Receives the shared tier's log lines (outages, recoveries, refused
+  // entries), on the tier's threads.
+  void SetKvStoreLogger(std::function<void(const std::string&)> log);
 
   // Finishes every queued and running request with UNAVAILABLE and stops the
   // thread. Idempotent; the destructor calls it. (Draining — letting running

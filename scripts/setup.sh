@@ -31,6 +31,7 @@ APT_PACKAGES=(
   libsentencepiece-dev prometheus openssl clang-format clang-tidy
   libboost-dev libssl-dev  # the OpenAI-compatible HTTP API: Boost.Beast/Asio, TLS
   clang libclang-rt-14-dev  # the fuzz harnesses: clang's libFuzzer (tests/fuzz/)
+  libhiredis-dev redis-server  # --kv-store's Redis client; the tests' own Redis
 )
 # prometheus-cpp 1.0.2 and kustomize exist only in Debian 13 (trixie); their
 # .debs are unpacked into .deps/ instead of installed (docs/architecture.md,

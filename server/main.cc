@@ -172,6 +172,9 @@ int Run(const ServerConfig& config) {
       .on_decode_step = [&metrics](int64_t batch) { metrics.ObserveBatchSize(batch); },
       .on_inter_token_latency = [&metrics](double s) { metrics.ObserveInterTokenLatency(s); },
   });
+  (*engine)->SetKvStoreLogger([](const std::string& line) {
+    LogEvent("warn", "kv_store", {{"message", line}});
+  });
   // Gauges follow the engine's state; sampled, not pushed, to keep the
   // scheduler thread free of metrics work.
   std::atomic<bool> stop_gauges{false};
@@ -180,6 +183,9 @@ int Run(const ServerConfig& config) {
       const engine::EngineStats st = (*engine)->stats();
       metrics.SetKvCache(st.kv_usage_ratio, st.kv_blocks_free);
       metrics.SetPrefixCache(st.prefix_cache_usage_ratio);
+      const engine::KvStoreStats kv = (*engine)->kv_store_stats();
+      metrics.SetKvStoreTotals(
+          {kv.read_hits, kv.read_misses, kv.writes, kv.bytes_read, kv.bytes_written, kv.errors});
       metrics.SetRequests(st.running, st.waiting);
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }

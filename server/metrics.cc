@@ -6,6 +6,8 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
+
 #include "engine/common/status.h"
 #include "server/metrics_http.h"
 
@@ -66,6 +68,25 @@ struct Metrics::Families {
                          .Help("Share of the prefix cache's memory holding cached chunks")
                          .Register(r)
                          .Add({})),
+        kv_store_reads(prometheus::BuildCounter()
+                           .Name("snapserve_kv_store_reads_total")
+                           .Help("Prefix chunks looked up in the shared KV store, by result "
+                                 "(hit: read and used; miss: not there)")
+                           .Register(r)),
+        kv_store_writes(prometheus::BuildCounter()
+                            .Name("snapserve_kv_store_writes_total")
+                            .Help("Prefix chunks computed here and written to the shared KV store")
+                            .Register(r)
+                            .Add({})),
+        kv_store_errors(prometheus::BuildCounter()
+                            .Name("snapserve_kv_store_errors_total")
+                            .Help("Shared KV store errors and refused entries, by kind")
+                            .Register(r)),
+        kv_store_bytes(prometheus::BuildCounter()
+                           .Name("snapserve_kv_store_bytes_total")
+                           .Help("Bytes of chunk entries moved to (out) and from (in) the shared "
+                                 "KV store")
+                           .Register(r)),
         generated_tokens(prometheus::BuildCounter()
                              .Name("snapserve_generated_tokens_total")
                              .Help("Generated tokens of finished requests")
@@ -135,6 +156,10 @@ struct Metrics::Families {
   prometheus::Counter& prefix_hits;
   prometheus::Counter& prefix_hit_tokens;
   prometheus::Gauge& prefix_usage;
+  prometheus::Family<prometheus::Counter>& kv_store_reads;
+  prometheus::Counter& kv_store_writes;
+  prometheus::Family<prometheus::Counter>& kv_store_errors;
+  prometheus::Family<prometheus::Counter>& kv_store_bytes;
   prometheus::Counter& generated_tokens;
   Histogram& compression_ratio;
   prometheus::Counter& kv_before;
@@ -159,6 +184,8 @@ Metrics::Metrics()
         StatusCode::kInternal}) {
     f_->requests.Add({{"status", status_code_name(code)}});
   }
+  for (const char* result : {"hit", "miss"}) f_->kv_store_reads.Add({{"result", result}});
+  for (const char* direction : {"in", "out"}) f_->kv_store_bytes.Add({{"direction", direction}});
 }
 
 Metrics::~Metrics() = default;
@@ -204,6 +231,24 @@ void Metrics::SetKvCache(double usage_ratio, int64_t free_blocks) {
   f_->kv_free.Set(static_cast<double>(free_blocks));
 }
 void Metrics::SetPrefixCache(double usage_ratio) { f_->prefix_usage.Set(usage_ratio); }
+void Metrics::SetKvStoreTotals(const KvStoreTotals& t) {
+  KvStoreTotals& seen = kv_store_seen_;
+  auto advance = [](prometheus::Counter& counter, int64_t total, int64_t& seen_total) {
+    if (total > seen_total) counter.Increment(static_cast<double>(total - seen_total));
+    seen_total = std::max(seen_total, total);
+  };
+  advance(f_->kv_store_reads.Add({{"result", "hit"}}), t.read_hits, seen.read_hits);
+  advance(f_->kv_store_reads.Add({{"result", "miss"}}), t.read_misses, seen.read_misses);
+  advance(f_->kv_store_writes, t.writes, seen.writes);
+  advance(f_->kv_store_bytes.Add({{"direction", "in"}}), t.bytes_read, seen.bytes_read);
+  advance(f_->kv_store_bytes.Add({{"direction", "out"}}), t.bytes_written, seen.bytes_written);
+  seen.errors.resize(t.errors.size());
+  for (size_t i = 0; i < t.errors.size(); ++i) {
+    advance(f_->kv_store_errors.Add({{"kind", t.errors[i].first}}), t.errors[i].second,
+            seen.errors[i].second);
+  }
+}
+
 void Metrics::SetRequests(int64_t running, int64_t waiting) {
   f_->running.Set(static_cast<double>(running));
   f_->waiting.Set(static_cast<double>(waiting));

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace prometheus {
 class Registry;
@@ -39,6 +41,16 @@ struct RequestRecord {
   double retained_attention = -1;
 };
 
+// The shared KV tier's totals since start (engine::KvStoreStats).
+struct KvStoreTotals {
+  int64_t read_hits = 0;
+  int64_t read_misses = 0;
+  int64_t writes = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  std::vector<std::pair<std::string, int64_t>> errors;  // by kind
+};
+
 class Metrics {
  public:
   Metrics();
@@ -58,6 +70,8 @@ class Metrics {
   void ObserveBatchSize(int64_t sequences);
   void SetKvCache(double usage_ratio, int64_t free_blocks);
   void SetPrefixCache(double usage_ratio);
+  // Advances the kv_store counters to `totals` (sampled, like the gauges).
+  void SetKvStoreTotals(const KvStoreTotals& totals);
   void SetRequests(int64_t running, int64_t waiting);
 
  private:
@@ -65,6 +79,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> f_;
   std::unique_ptr<MetricsHttpServer> http_;
+  KvStoreTotals kv_store_seen_;  // what the counters hold already
 };
 
 }  // namespace snapserve::server

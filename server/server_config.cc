@@ -268,6 +268,53 @@ const std::vector<FlagGroup>& FlagGroups() {
               o << c.engine.prefix_cache_memory_share;
               return o.str();
             }},
+           {"kv-store",
+            "shared tier of the prefix cache: redis://host:port[/db] or rediss:// (TLS); "
+            "needs --prefix-cache-memory (empty: off)",
+            [](ServerConfig& c, const std::string& v) { return c.engine.kv_store.url = v, ""; },
+            [](const ServerConfig& c) { return c.engine.kv_store.url; }},
+           {"kv-store-ttl", "seconds a chunk stays in --kv-store after its last use (0: forever)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.kv_store.ttl_s, v, 0, int64_t{1} << 31);
+            },
+            [](const ServerConfig& c) { return std::to_string(c.engine.kv_store.ttl_s); }},
+           {"kv-store-tls", "true|false: TLS to --kv-store also for a redis:// URL",
+            [](ServerConfig& c, const std::string& v) {
+              if (v != "true" && v != "false")
+                return "expected true or false, got '" + Bounded(v) + "'";
+              c.engine.kv_store.tls = v == "true";
+              return std::string();
+            },
+            [](const ServerConfig& c) {
+              return std::string(c.engine.kv_store.tls ? "true" : "false");
+            }},
+           {"kv-store-tls-ca",
+            "PEM CA bundle that signs --kv-store's certificate (default: the "
+            "system's)",
+            [](ServerConfig& c, const std::string& v) {
+              return c.engine.kv_store.tls_ca_file = v, "";
+            },
+            [](const ServerConfig& c) { return c.engine.kv_store.tls_ca_file; }},
+           {"kv-store-user", "ACL user for --kv-store's AUTH (empty: the password alone)",
+            [](ServerConfig& c, const std::string& v) { return c.engine.kv_store.user = v, ""; },
+            [](const ServerConfig& c) { return c.engine.kv_store.user; }},
+           {"kv-store-password",
+            "--kv-store's AUTH password; prefer the environment variable or a file (never "
+            "logged)",
+            [](ServerConfig& c, const std::string& v) {
+              return c.engine.kv_store.password = v, "";
+            },
+            [](const ServerConfig&) { return std::string(); }},
+           {"kv-store-password-file", "file holding --kv-store's AUTH password",
+            [](ServerConfig& c, const std::string& v) {
+              return c.engine.kv_store.password_file = v, "";
+            },
+            [](const ServerConfig& c) { return c.engine.kv_store.password_file; }},
+           {"kv-store-wait", "milliseconds a request waits for its prefix chunks from --kv-store",
+            [](ServerConfig& c, const std::string& v) {
+              return SetInt(c.engine.kv_store.fetch_wait_ms, v, 0, 60000);
+            },
+            [](const ServerConfig& c) { return std::to_string(c.engine.kv_store.fetch_wait_ms); }},
        }},
       {"KV compression defaults (a request's own kv_compression fields win)",
        {
@@ -419,6 +466,8 @@ std::string CheckConsistency(const ServerConfig& c) {
   if (c.engine.default_max_new_tokens > c.engine.max_new_tokens_limit)
     return "--default-max-new-tokens exceeds --max-new-tokens-limit";
   if (c.port != 0 && c.port == c.metrics_port) return "--port and --metrics-port must differ";
+  if (!c.engine.kv_store.url.empty() && c.engine.prefix_cache_memory_share <= 0)
+    return "--kv-store needs --prefix-cache-memory above 0";
   if (c.http_port != 0 && (c.http_port == c.port || c.http_port == c.metrics_port))
     return "--http-port must differ from --port and --metrics-port";
   // Only bfloat16 weights have bfloat16 dot products to take; on CUDA a

@@ -235,9 +235,10 @@ void PrefixCache::WriteLayer(int64_t owner, int64_t layer, const at::Tensor& k,
   }
 }
 
-void PrefixCache::CommitInsert(int64_t owner) {
+std::vector<int64_t> PrefixCache::CommitInsert(int64_t owner) {
+  std::vector<int64_t> added;
   auto it = pending_.find(owner);
-  if (it == pending_.end()) return;
+  if (it == pending_.end()) return added;
   std::vector<PendingChunk> chunks = std::move(it->second);
   pending_.erase(it);
   // Added last to first: the chain's first chunks end up the most recent.
@@ -246,8 +247,11 @@ void PrefixCache::CommitInsert(int64_t owner) {
       free_slots_.push_back(p->slot);  // another prompt inserted it meanwhile
     } else {
       AddEntry(p->hash, p->parent, std::move(p->tokens), p->slot);
+      added.push_back(p->index);
     }
   }
+  std::reverse(added.begin(), added.end());
+  return added;
 }
 
 void PrefixCache::AbortInsert(int64_t owner) {

@@ -88,12 +88,14 @@ class PrefixCache {
   // every full chunk of `tokens` not cached yet (evicting least recently used
   // entries; chunks past the free and evictable slots are skipped),
   // WriteLayer copies layer `layer`'s rows from k/v [num_kv_heads, n,
-  // head_dim], CommitInsert makes them visible, AbortInsert gives the slots
-  // back. One pending insertion per `owner`; a second BeginInsert replaces it.
+  // head_dim], CommitInsert makes them visible (and returns the chunk
+  // indices it added, for a shared tier to write back), AbortInsert gives the
+  // slots back. One pending insertion per `owner`; a second BeginInsert
+  // replaces it.
   void BeginInsert(int64_t owner, std::span<const int32_t> tokens,
                    const std::vector<uint64_t>& hashes);
   void WriteLayer(int64_t owner, int64_t layer, const at::Tensor& k, const at::Tensor& v);
-  void CommitInsert(int64_t owner);
+  std::vector<int64_t> CommitInsert(int64_t owner);
   void AbortInsert(int64_t owner);
 
   // One chunk's K/V, the interface a shared tier (another process, a store

@@ -42,8 +42,84 @@ class PrefixCapturingStore final : public model::KvStore {
 }  // namespace
 
 ModelExecutor::ModelExecutor(model::LlamaModel& model, kv::PagedKvCache& cache,
-                             kv::PrefixCache* prefix)
-    : model_(model), cache_(cache), prefix_(prefix) {}
+                             kv::PrefixCache* prefix, kv::SharedKvTier* tier)
+    : model_(model), cache_(cache), prefix_(prefix), tier_(prefix != nullptr ? tier : nullptr) {}
+
+bool ModelExecutor::BeginFetch(Sequence& seq) {
+  if (tier_ == nullptr) return false;
+  const int64_t c = prefix_->chunk_tokens();
+  const int64_t n = static_cast<int64_t>(seq.prompt.size());
+  // The last token always runs (StartFromCachedPrefix); a compressed
+  // prompt's window may leave the last chunk fetched here unused.
+  const int64_t max_chunks = (n - 1) / c;
+  if (max_chunks <= 0) return false;
+  seq.prefix_hashes = prefix_->ChainHashes(seq.prompt);
+  const int64_t local = prefix_->CachedChunks(seq.prompt, seq.prefix_hashes, max_chunks);
+  if (local >= max_chunks) return false;
+  std::vector<kv::ChunkRef> missing;
+  uint64_t parent = local == 0 ? prefix_->config().fingerprint
+                               : seq.prefix_hashes[static_cast<size_t>(local - 1)];
+  for (int64_t i = local; i < max_chunks; ++i) {
+    const auto first = seq.prompt.begin() + i * c;
+    missing.push_back({seq.prefix_hashes[static_cast<size_t>(i)], parent,
+                       std::vector<int32_t>(first, first + c)});
+    parent = missing.back().hash;
+  }
+  const auto deadline = Clock::now() + tier_->config().fetch_wait;
+  tier_->SubmitFetch(seq.id, std::move(missing), deadline);
+  // A little past the tier's own deadline, so a result that arrives just in
+  // time is still used.
+  seq.fetch_deadline = deadline + std::chrono::milliseconds(50);
+  return true;
+}
+
+std::vector<int64_t> ModelExecutor::FetchesDone() {
+  std::vector<int64_t> done;
+  if (tier_ == nullptr) return done;
+  c10::InferenceMode inference;
+  for (kv::FetchResult& r : tier_->TakeFetched()) {
+    for (const kv::FetchedChunk& chunk : r.chunks) {
+      if (!prefix_->Insert(chunk.ref.hash, chunk.ref.parent, chunk.ref.tokens, chunk.k, chunk.v))
+        break;
+    }
+    done.push_back(r.owner);
+  }
+  return done;
+}
+
+void ModelExecutor::SetWakeup(std::function<void()> wake) {
+  if (tier_ != nullptr) tier_->SetWakeup(std::move(wake));
+}
+
+void ModelExecutor::WriteBack(const Sequence& seq, const std::vector<int64_t>& chunks) {
+  if (tier_ == nullptr) return;
+  const int64_t c = prefix_->chunk_tokens();
+  // Last chunk first, so the lookups leave the chain's first chunks the most
+  // recently used, as CommitInsert did.
+  for (auto it = chunks.rbegin(); it != chunks.rend(); ++it) {
+    const auto i = static_cast<size_t>(*it);
+    if (!tier_->WriteQueueHasRoom()) {
+      tier_->CountDroppedWrite();
+      continue;
+    }
+    std::optional<kv::PrefixCache::ChunkHandle> handle = prefix_->Lookup(seq.prefix_hashes[i]);
+    if (!handle.has_value()) continue;
+    kv::FetchedChunk chunk;
+    chunk.ref.hash = seq.prefix_hashes[i];
+    chunk.ref.parent = i == 0 ? prefix_->config().fingerprint : seq.prefix_hashes[i - 1];
+    const auto first = seq.prompt.begin() + static_cast<int64_t>(i) * c;
+    chunk.ref.tokens.assign(first, first + c);
+    try {
+      chunk.k = handle->k().is_cpu() ? handle->k().clone() : handle->k().to(at::kCPU);
+      chunk.v = handle->v().is_cpu() ? handle->v().clone() : handle->v().to(at::kCPU);
+    } catch (const std::exception&) {
+      // No memory for the copy: the write is dropped, the request goes on.
+      tier_->CountDroppedWrite();
+      continue;
+    }
+    tier_->SubmitWrite(std::move(chunk));
+  }
+}
 
 void ModelExecutor::StartFromCachedPrefix(Sequence& seq, int64_t query_rows) {
   model::PromptState& st = *seq.prompt_state;
@@ -182,7 +258,7 @@ StepOutcome ModelExecutor::Prefill(const ChunkWork& chunk) {
       left -= piece;
     }
     if (!st.finished()) return {&seq, std::nullopt, Status::Ok(), std::nullopt};
-    if (prefix_ != nullptr) prefix_->CommitInsert(seq.id);
+    if (prefix_ != nullptr) WriteBack(seq, prefix_->CommitInsert(seq.id));
     const at::Tensor logits = model_.Logits(h.narrow(0, h.size(0) - 1, 1));  // [1, vocab]
     seq.prompt_state.reset();
     seq.kept_entries_total = cache_.total_entries(seq.id);

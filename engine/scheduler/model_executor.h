@@ -12,6 +12,7 @@
 #include "engine/common/status.h"
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/kv/prefix_cache.h"
+#include "engine/kv/store/shared_kv_tier.h"
 #include "engine/model/llama_model.h"
 #include "engine/scheduler/sequence.h"
 #include "engine/scheduler/step_executor.h"
@@ -23,8 +24,10 @@ class ModelExecutor final : public StepExecutor {
   // `prefix` (may be null: no prefix cache) must use chunks that divide the
   // step planner's grid (EngineOptions::max_step_tokens), so that the chunks
   // a prompt runs in are cut on the prefix cache's chunk grid.
+  // `tier` (may be null: no shared tier; needs `prefix`) is where chunks
+  // missing locally are looked up and chunks computed here are written.
   ModelExecutor(model::LlamaModel& model, kv::PagedKvCache& cache,
-                kv::PrefixCache* prefix = nullptr);
+                kv::PrefixCache* prefix = nullptr, kv::SharedKvTier* tier = nullptr);
 
   // Reserves the admitted sequence's blocks, installs its compression selector and
   // begins its prompt, from after its longest cached prefix when there is a
@@ -45,16 +48,28 @@ class ModelExecutor final : public StepExecutor {
     return prefix_ != nullptr ? prefix_->usage_ratio() : 0.0;
   }
 
+  // Looks up the chunks of `seq`'s prompt that the prefix cache lacks (up
+  // to the prompt's last token) in the shared tier, waiting at most its
+  // fetch_wait; FetchesDone inserts what arrived into the prefix cache.
+  bool BeginFetch(Sequence& seq) override;
+  std::vector<int64_t> FetchesDone() override;
+  void SetWakeup(std::function<void()> wake) override;
+
  private:
   void Decode(const std::vector<Sequence*>& decode, StepResult& result);
   StepOutcome Prefill(const ChunkWork& chunk);
   // Starts `seq`'s prompt from its longest cached prefix: copies it into the
   // prompt's buffers and marks those tokens done.
   void StartFromCachedPrefix(Sequence& seq, int64_t query_rows);
+  // Queues the chunks of `seq` just added to the prefix cache (chunk
+  // indices) for writing to the shared tier; copies their K/V, as the
+  // entries may be evicted before the writer gets to them.
+  void WriteBack(const Sequence& seq, const std::vector<int64_t>& chunks);
 
   model::LlamaModel& model_;
   kv::PagedKvCache& cache_;
   kv::PrefixCache* prefix_;
+  kv::SharedKvTier* tier_;
 };
 
 }  // namespace snapserve::scheduler

@@ -34,6 +34,7 @@ Sequence* FindById(Container& seqs, int64_t id) {
 
 Scheduler::Scheduler(std::unique_ptr<StepExecutor> executor, SchedulerOptions options)
     : options_(options), executor_(std::move(executor)) {
+  executor_->SetWakeup([this] { wake_.notify_one(); });
   PublishStats();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -70,6 +71,7 @@ void Scheduler::Shutdown() {
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
+  executor_->SetWakeup({});
 }
 
 engine::EngineStats Scheduler::Stats() const {
@@ -123,6 +125,7 @@ void Scheduler::Loop() {
     }
     trimmed = false;
     TakeInbox();
+    EndFetches();
     const StepPlan plan = Schedule(DescribeState(Clock::now()));
     Apply(plan);
     PublishStats();
@@ -147,6 +150,7 @@ void Scheduler::Loop() {
 
 void Scheduler::TakeInbox() {
   std::unordered_set<std::string> cancels;
+  const size_t known = waiting_.size();
   {
     std::lock_guard<std::mutex> lock(mu_);
     while (!inbox_.empty()) {
@@ -155,16 +159,29 @@ void Scheduler::TakeInbox() {
     }
     cancels.swap(cancels_);
   }
+  for (size_t i = known; i < waiting_.size(); ++i) {
+    waiting_[i]->fetching = executor_->BeginFetch(*waiting_[i]);
+  }
   if (cancels.empty()) return;
   for (auto& seq : waiting_) seq->cancelled |= cancels.contains(seq->request_id);
   for (auto& seq : prefilling_) seq->cancelled |= cancels.contains(seq->request_id);
   for (auto& seq : decoding_) seq->cancelled |= cancels.contains(seq->request_id);
 }
 
+void Scheduler::EndFetches() {
+  for (int64_t id : executor_->FetchesDone()) {
+    if (Sequence* s = FindById(waiting_, id)) s->fetching = false;
+  }
+  // A lookup that outlives its wait no longer holds its request back.
+  const Clock::time_point now = Clock::now();
+  for (auto& s : waiting_) s->fetching = s->fetching && now < s->fetch_deadline;
+}
+
 ScheduleInput Scheduler::DescribeState(Clock::time_point now) const {
   auto ends = [&](const Sequence& s) { return s.cancelled || now >= s.deadline; };
   ScheduleInput in;
   for (const auto& s : waiting_) {
+    if (s->fetching && !ends(*s)) continue;  // its chunks are on their way
     in.waiting.push_back(
         {s->id, s->reserve_blocks, static_cast<int64_t>(s->prompt.size()), ends(*s)});
   }

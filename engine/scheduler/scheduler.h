@@ -57,7 +57,10 @@ class Scheduler {
 
  private:
   void Loop();
+  // Also starts the shared tier's lookups of the new requests' prefixes.
   void TakeInbox();
+  // Releases the requests whose lookups ended or ran out of time.
+  void EndFetches();
   // Describes the queue and the admitted sequences for Schedule().
   ScheduleInput DescribeState(Clock::time_point now) const;
   void Apply(const StepPlan& plan);

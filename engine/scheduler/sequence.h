@@ -58,6 +58,10 @@ struct Sequence {
   // skipped), and the chain hashes of the prompt's full chunks.
   int64_t cached_prompt_tokens = 0;
   std::vector<uint64_t> prefix_hashes;
+  // A lookup of its missing prefix chunks in the shared tier is under way
+  // (StepExecutor::BeginFetch): not admitted until it ends or fetch_deadline.
+  bool fetching = false;
+  Clock::time_point fetch_deadline;
   bool cancelled = false;
 };
 

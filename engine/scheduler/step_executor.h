@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -63,6 +64,17 @@ class StepExecutor {
   virtual double usage_ratio() const = 0;  // reserved blocks / total
   // Share of the prefix cache's memory in use (0 without one).
   virtual double prefix_cache_usage_ratio() const { return 0.0; }
+
+  // A shared prefix-cache tier (model_executor.h). BeginFetch starts looking
+  // up a queued sequence's missing prefix chunks off the loop's thread and
+  // says whether it did (then it sets seq.fetch_deadline); the loop keeps
+  // the sequence from admission until FetchesDone() lists it (its chunks
+  // are then in the prefix cache) or the deadline passes. The wakeup lets
+  // the executor wake the loop from another thread when a lookup ends; the
+  // loop clears it before it goes away.
+  virtual bool BeginFetch(Sequence& /*seq*/) { return false; }
+  virtual std::vector<int64_t> FetchesDone() { return {}; }
+  virtual void SetWakeup(std::function<void()> /*wake*/) {}
 };
 
 }  // namespace snapserve::scheduler

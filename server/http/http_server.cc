@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "server/http/request_parser.h"
+#include "server/logging.h"
 
 namespace snapserve::server::http {
 namespace {
@@ -239,7 +240,16 @@ class Session final : public HttpResponder, public std::enable_shared_from_this<
     ended_ = false;
     events_ = false;
     on_gone_ = nullptr;
-    shared_->handler(request, this->shared_from_this());
+    try {
+      shared_->handler(request, this->shared_from_this());
+    } catch (const std::exception& e) {
+      // Never a backtrace to the client, never an I/O thread lost.
+      LogEvent("error", "http_handler_failed", {{"error", e.what()}});
+      Reply(500, "application/json",
+            R"({"error":{"message":"internal error; the details are in the server log",)"
+            R"("type":"server_error","param":null,"code":"internal_error"}})",
+            {});
+    }
     // The answer comes later (posted); meanwhile a read notices the client
     // leaving and collects the next request's first bytes.
     ReadMore();
@@ -450,7 +460,18 @@ std::string HttpServer::Start() {
       (bound.address().is_v6() ? "[" + ip + "]" : ip) + ":" + std::to_string(impl_->port);
   impl_->Accept();
   for (int i = 0; i < std::max(1, o.io_threads); ++i) {
-    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+    impl_->threads.emplace_back([this] {
+      // A handler that throws (out of memory, say) is logged and the loop
+      // goes on: one bad request must not stop the HTTP API.
+      for (;;) {
+        try {
+          impl_->ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          LogEvent("error", "http_handler_failed", {{"error", e.what()}});
+        }
+      }
+    });
   }
   return "";
 }

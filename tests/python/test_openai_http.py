@@ -9,6 +9,7 @@ import concurrent.futures
 import http.client
 import json
 import secrets
+import socket
 import ssl
 import time
 
@@ -351,6 +352,29 @@ def test_disconnect_mid_stream_cancels_and_frees_blocks(server, client, model_id
         return None
     line = wait_for(cancelled_line, timeout=10)
     assert line and line["status"] == "CANCELLED", line
+    assert line["completion_tokens"] < 4000
+
+
+def test_disconnect_while_waiting_for_a_whole_answer(server, model_id):
+    def cancelled():
+        return [line for line in server.logs().splitlines()
+                if '"inference_complete"' in line and '"CANCELLED"' in line]
+    before = len(cancelled())
+    assert wait_for(lambda: metrics.value(server.metrics_text(),
+                                          "snapserve_requests_running") == 0, timeout=30)
+    idle = settled_blocks_free(server)
+    body = json.dumps({"model": model_id, "prompt": PROMPT, "max_tokens": 4000,
+                       "ignore_eos": True}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                 b"Authorization: Bearer " + TOKEN.encode() +
+                 b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                 str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert wait_for(lambda: blocks_free(server) < idle, timeout=10), "blocks never held"
+    sock.close()  # gone before the answer
+    assert wait_for(lambda: blocks_free(server) == idle, timeout=30), "blocks not freed"
+    assert wait_for(lambda: len(cancelled()) == before + 1, timeout=10)
+    line = json.loads(cancelled()[-1])
     assert line["completion_tokens"] < 4000
 
 

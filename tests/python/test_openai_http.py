@@ -401,6 +401,30 @@ def test_concurrent_http_streams_and_grpc_calls(client, stub, pb, model_id):
         assert text == expected[p], p
 
 
+# ------------------------------------------------------------ prefix cache ---
+
+def test_cached_tokens_are_the_engines(start_server, model_path, pb):
+    """usage.prompt_tokens_details.cached_tokens is the engine's count of
+    prompt tokens served from the prefix cache, as gRPC's Usage reports it."""
+    pb2, pb2_grpc = pb
+    port = free_port()
+    s = start_server([f"--model={model_path}", f"--http-port={port}",
+                      "--prefix-cache-memory=0.25"])
+    prompt = " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(60))
+    with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+                       max_retries=0) as c, grpc.insecure_channel(s.target) as channel:
+        first = c.completions.create(model=c.models.list().data[0].id, prompt=prompt,
+                                     max_tokens=4, temperature=0)
+        again = c.completions.create(model=first.model, prompt=prompt, max_tokens=4,
+                                     temperature=0)
+        g = pb2_grpc.GenerationStub(channel).Generate(pb2.GenerateRequest(
+            prompt=prompt, stopping=pb2.StoppingCriteria(max_new_tokens=4)), timeout=60)
+    assert first.usage.prompt_tokens > 256  # longer than one cached chunk
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == g.usage.cached_prompt_tokens > 0
+    assert again.choices[0].text == first.choices[0].text == g.text
+
+
 # --------------------------------------------------------------------- TLS ---
 
 def test_tls(start_server, model_path, tmp_path_factory):

@@ -16,6 +16,27 @@
 
 namespace snapserve::engine {
 
+// One prompt chunk a step computed for a request.
+struct PromptChunkTime {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t tokens = 0;
+};
+
+// When a request's phases ran, in nanoseconds since the Unix epoch: the
+// scheduler keeps steady-clock instants and converts them once, when the
+// request ends. 0: the phase never began. The server builds a request's trace
+// spans from these (server/tracing/), so nothing is traced on the scheduler
+// thread.
+struct PhaseTimes {
+  int64_t arrival_ns = 0;
+  int64_t admitted_ns = 0;
+  int64_t first_token_ns = 0;  // the end of the prompt's last chunk
+  int64_t end_ns = 0;
+  // Chunks whose K/V came from the prefix cache never ran and are not here.
+  std::vector<PromptChunkTime> prompt_chunks;
+};
+
 struct Usage {
   uint32_t prompt_tokens = 0;
   // Of prompt_tokens, those whose K/V came from the prefix cache.
@@ -37,6 +58,7 @@ struct Usage {
   // The method applied to the prompt's KV: kNone when nothing was compressed
   // (method none, n <= C, or the request never got admitted).
   KvMethod kv_method = KvMethod::kNone;
+  PhaseTimes phases;
 };
 
 // Where one request's results go. Called on the engine's thread: must return

@@ -204,7 +204,11 @@ StepResult ModelExecutor::Run(const std::vector<Sequence*>& decode,
   StepResult result;
   c10::InferenceMode inference;
   if (!decode.empty()) Decode(decode, result);
-  for (const ChunkWork& chunk : prefill) result.outcomes.push_back(Prefill(chunk));
+  for (const ChunkWork& chunk : prefill) {
+    const Clock::time_point start = Clock::now();
+    result.outcomes.push_back(Prefill(chunk));
+    chunk.seq->chunk_runs.push_back({start, Clock::now(), chunk.tokens});
+  }
   return result;
 }
 

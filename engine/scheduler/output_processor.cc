@@ -9,6 +9,39 @@ namespace {
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// The steady clock's instants as Unix-epoch nanoseconds, from one reading of
+// both clocks: the phases keep their exact spacing whatever the wall clock does.
+class EpochNanos {
+ public:
+  explicit EpochNanos(Clock::time_point now)
+      : steady_(now),
+        epoch_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count()) {}
+  int64_t operator()(Clock::time_point t) const {
+    if (t == Clock::time_point{}) return 0;
+    return epoch_ns_ - std::chrono::duration_cast<std::chrono::nanoseconds>(steady_ - t).count();
+  }
+
+ private:
+  Clock::time_point steady_;
+  int64_t epoch_ns_;
+};
+
+engine::PhaseTimes Phases(const Sequence& seq, Clock::time_point now) {
+  const EpochNanos ns(now);
+  engine::PhaseTimes p;
+  p.arrival_ns = ns(seq.arrival);
+  p.admitted_ns = ns(seq.admitted);
+  p.first_token_ns = seq.generated > 0 ? ns(seq.first_token) : 0;
+  p.end_ns = ns(now);
+  p.prompt_chunks.reserve(seq.chunk_runs.size());
+  for (const Sequence::ChunkRun& c : seq.chunk_runs) {
+    p.prompt_chunks.push_back({ns(c.start), ns(c.end), c.tokens});
+  }
+  return p;
+}
+
 }  // namespace
 
 void OutputProcessor::OnDecodeStep(int64_t batch) {
@@ -89,6 +122,7 @@ void OutputProcessor::Finish(Sequence& seq, const Ending& ending) {
     u.kv_method = seq.compression.method;
     u.retained_attention = seq.retained_attention->Mean();
   }
+  u.phases = Phases(seq, now);
   seq.sink->OnFinish(ending.status, reason, u);
 }
 

@@ -42,6 +42,13 @@ struct Sequence {
   Clock::time_point admitted;
   Clock::time_point first_token;
   Clock::time_point last_token;
+  // Each prompt chunk's run, for the request's trace (engine::PhaseTimes).
+  struct ChunkRun {
+    Clock::time_point start;
+    Clock::time_point end;
+    int64_t tokens = 0;
+  };
+  std::vector<ChunkRun> chunk_runs;
 
   // Prefill in progress (admitted, some prompt tokens still to run).
   std::optional<model::PromptState> prompt_state;

@@ -483,6 +483,14 @@ void Engine::SetObserver(EngineObserver observer) {
   impl_->scheduler->SetObserver(std::move(observer));
 }
 
+std::vector<std::string> KvStoreErrorKinds() {
+  std::vector<std::string> kinds;
+  for (size_t i = 0; i < static_cast<size_t>(kv::KvStoreError::kCount); ++i) {
+    kinds.emplace_back(kv::kv_store_error_name(static_cast<kv::KvStoreError>(i)));
+  }
+  return kinds;
+}
+
 KvStoreStats Engine::kv_store_stats() const {
   KvStoreStats s;
   kv::KvStoreCounters c;

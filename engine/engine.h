@@ -115,6 +115,8 @@ struct KvStoreStats {
   // mismatch, queue_full (every kind listed, zeros included).
   std::vector<std::pair<std::string, int64_t>> errors;
 };
+// The kinds of KvStoreStats::errors, in its order.
+std::vector<std::string> KvStoreErrorKinds();
 
 struct ChatMessage {
   std::string role;

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "engine/common/status.h"
+#include "engine/engine.h"
 #include "server/metrics_http.h"
 
 namespace snapserve::server {
@@ -186,6 +187,9 @@ Metrics::Metrics()
   }
   for (const char* result : {"hit", "miss"}) f_->kv_store_reads.Add({{"result", result}});
   for (const char* direction : {"in", "out"}) f_->kv_store_bytes.Add({{"direction", direction}});
+  for (const std::string& kind : engine::KvStoreErrorKinds()) {
+    f_->kv_store_errors.Add({{"kind", kind}});
+  }
 }
 
 Metrics::~Metrics() = default;

@@ -331,6 +331,11 @@ def test_eks_gpu_overlay_and_karpenter():
     docs = render("eks-gpu")
     cm = one(docs, "ConfigMap")["data"]
     assert cm["SNAPSERVE_DEVICE"] == "cuda" and cm["SNAPSERVE_DTYPE"] == "bfloat16"
+    # The shared KV store: an ElastiCache endpoint over TLS, with the prefix
+    # cache it extends (a server refuses --kv-store without it).
+    assert cm["SNAPSERVE_KV_STORE"].startswith("rediss://")
+    assert cm["SNAPSERVE_KV_STORE"].split(":")[1].endswith(".cache.amazonaws.com")
+    assert float(cm["SNAPSERVE_PREFIX_CACHE_MEMORY"]) > 0
     dep = one(docs, "Deployment")
     spec = dep["spec"]["template"]["spec"]
     (c,) = spec["containers"]
@@ -468,8 +473,15 @@ def test_network_policy(overlay):
     # Nothing reaches any other port.
     assert not admits(gateway, {}, 8080) and not admits(monitoring, prometheus, 8080)
 
-    # Egress: DNS to kube-dns and nothing else (the model is a local file).
-    (egress,) = policy["spec"]["egress"]
+    # Egress: DNS to kube-dns and nothing else (the model is a local file),
+    # but for eks-gpu's shared KV store: Redis's port, to addresses of the VPC.
+    egress, *store = policy["spec"]["egress"]
+    if overlay == "eks-gpu":
+        (rule,) = store
+        assert [(p["port"], p["protocol"]) for p in rule["ports"]] == [(6379, "TCP")]
+        assert all(set(peer) == {"ipBlock"} for peer in rule["to"]), rule
+    else:
+        assert not store, store
     assert sorted((p["port"], p["protocol"]) for p in egress["ports"]) == [(53, "TCP"), (53, "UDP")]
     (peer,) = egress["to"]
     assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "kube-system"}

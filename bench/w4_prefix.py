@@ -7,6 +7,13 @@
 * W4b: 16 requests at once, a new shared 1,536-token prefix plus a distinct
   128-token suffix each, 64 new tokens: aggregate generated tokens/s, time
   to first token p50/p95.
+* W4c: two snapserve replicas share one Redis (`--kv-store`, a `redis-server`
+  started here on loopback): replica A serves a 1,536-token prefix plus a
+  128-token suffix; once A has written the prefix's chunks, replica B serves
+  the same prefix with another suffix. B's time to first token against B's
+  own cold time on a prefix nobody computed (median of W4C_ROUNDS rounds).
+  snapserve only; the first `--snapserve` flag set (it must turn the prefix
+  cache on).
 
 Drives snapserve over gRPC (started here, once per `--snapserve` flag set, or
 an already running one with `--snapserve-target`) and, when given their URLs,
@@ -20,22 +27,33 @@ uses text no earlier request used, so its first request is cold everywhere.
       --snapserve="--precision=auto --prefix-cache-memory=0.25" --snapserve="--precision=auto" \
       [--vllm-url=http://127.0.0.1:8000] [--llama-url=http://127.0.0.1:8080]
 
+  .venv/bin/python bench/w4_prefix.py --workloads=W4c \
+      --snapserve="--precision=auto --prefix-cache-memory=0.25"
+
 Writes bench/results/runs/w4_prefix.json (or --out).
 """
 import argparse
 import http.client
 import json
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
 
 import common
+from snapserve_testkit.calls import wait_for
+from snapserve_testkit.metrics import total
+from snapserve_testkit.server import free_port
 
 PREFIX, SUFFIX = 1536, 128
 W4A_REQUESTS, W4A_NEW = 8, 16
 W4B_REQUESTS, W4B_NEW = 16, 64
+W4C_ROUNDS, W4C_NEW = 3, 16
+CHUNK = 256  # EngineOptions::prefix_cache_chunk_tokens
 
 
 # --- clients: each stream() returns the send time, token arrival times and
@@ -169,6 +187,79 @@ def w4b(client, ids, text_offset):
             "errors": [r["error"] for r in runs if r["error"]]}
 
 
+class RedisServer:
+    """redis-server on 127.0.0.1:<free port>: no persistence, 1 GiB at most."""
+
+    def __init__(self):
+        import redis
+        self.port = free_port()
+        self.dir = tempfile.TemporaryDirectory()
+        self.proc = subprocess.Popen(
+            [shutil.which("redis-server") or "/usr/bin/redis-server", "--bind", "127.0.0.1",
+             "--port", str(self.port), "--save", "", "--appendonly", "no", "--maxmemory", "1gb",
+             "--maxmemory-policy", "allkeys-lru", "--dir", self.dir.name],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.client = redis.Redis(host="127.0.0.1", port=self.port)
+
+        def up():
+            try:
+                return self.client.ping()
+            except redis.exceptions.ConnectionError:
+                return False
+
+        assert wait_for(up, timeout=20), "redis-server did not start"
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+        self.dir.cleanup()
+
+
+def w4c(flags, ids):
+    """Replica B's first request on a prefix replica A computed, against B's
+    cold requests."""
+    store = RedisServer()
+    shared = [*shlex.split(flags), f"--kv-store=redis://127.0.0.1:{store.port}",
+              # Long enough that the wait never cuts a lookup short here.
+              "--kv-store-wait=5000"]
+    chunks = (PREFIX + SUFFIX - 1) // CHUNK
+    rounds = []
+    try:
+        with common.Server(shared, log_name="bench-w4c-a") as a, \
+                common.Server(shared, log_name="bench-w4c-b") as b:
+            client_a, client_b = SnapserveClient(a.stub), SnapserveClient(b.stub)
+            if ids is None:
+                ids = common.corpus_ids(a)
+            # From the corpus's end, away from W4a/W4b's text: per round a
+            # prefix for B's cold run and one that A computes for B.
+            step = PREFIX + 2 * SUFFIX
+            base = len(ids) - W4C_ROUNDS * 2 * step
+            for r in range(W4C_ROUNDS):
+                cold_text = ids[base + 2 * r * step:base + (2 * r + 1) * step]
+                shared_text = ids[base + (2 * r + 1) * step:base + (2 * r + 2) * step]
+                cold = client_b.stream(cold_text[:PREFIX + SUFFIX], W4C_NEW)
+                written = total(a.metrics_text(), "snapserve_kv_store_writes_total") or 0
+                first = client_a.stream(shared_text[:PREFIX + SUFFIX], W4C_NEW)
+                assert wait_for(lambda: (total(a.metrics_text(), "snapserve_kv_store_writes_total")
+                                         or 0) >= written + chunks, timeout=120), "A wrote nothing"
+                warm = client_b.stream(shared_text[:PREFIX] + shared_text[PREFIX + SUFFIX:],
+                                       W4C_NEW)
+                rounds.append({"b_cold_ttft_s": ttft(cold), "a_first_ttft_s": ttft(first),
+                               "b_shared_ttft_s": ttft(warm),
+                               "b_shared_cached_tokens": warm["cached_tokens"],
+                               "errors": [x["error"] for x in (cold, first, warm) if x["error"]]})
+            bytes_in = total(b.metrics_text(), "snapserve_kv_store_bytes_total",
+                             {"direction": "in"})
+            store_errors = total(b.metrics_text(), "snapserve_kv_store_errors_total")
+    finally:
+        store.stop()
+    cold = common.median([x["b_cold_ttft_s"] for x in rounds])
+    warm = common.median([x["b_shared_ttft_s"] for x in rounds])
+    return {"flags": shared, "rounds": rounds, "b_cold_ttft_median_s": cold,
+            "b_shared_ttft_median_s": warm, "cold_over_shared": cold / warm if warm else None,
+            "b_bytes_read": bytes_in, "b_store_errors": store_errors}, ids
+
+
 def run_workloads(client, ids, round_index):
     # Each round and workload on text nobody has seen: 2 x (PREFIX + 16 x SUFFIX)
     # tokens apart.
@@ -190,21 +281,30 @@ def main():
     ap.add_argument("--vllm-url", help="vLLM's OpenAI API, e.g. http://127.0.0.1:8000")
     ap.add_argument("--vllm-model", default="smollm2", help="the model name vLLM serves")
     ap.add_argument("--llama-url", help="llama.cpp's server, e.g. http://127.0.0.1:8080")
+    ap.add_argument("--workloads", default="W4a,W4b,W4c",
+                    help="which to run, comma-separated (W4c: snapserve only, needs redis-server)")
     ap.add_argument("--out", default="runs/w4_prefix.json")
     args = ap.parse_args()
+    workloads = set(args.workloads.split(","))
     flag_sets = args.snapserve if args.snapserve is not None else [
         "--precision=auto --prefix-cache-memory=0.25", "--precision=auto"]
 
     results = {"workloads": {"W4a": f"{W4A_REQUESTS} sequential, {PREFIX}-token shared prefix + "
                                     f"{SUFFIX}-token distinct suffix, {W4A_NEW} new tokens",
                              "W4b": f"{W4B_REQUESTS} concurrent, {PREFIX} shared + {SUFFIX} "
-                                    f"distinct, {W4B_NEW} new tokens"},
+                                    f"distinct, {W4B_NEW} new tokens",
+                             "W4c": f"replica B's first request on a {PREFIX}-token prefix "
+                                    f"replica A computed (+ {SUFFIX}-token suffix, {W4C_NEW} new "
+                                    f"tokens), one Redis, against B's cold request; median of "
+                                    f"{W4C_ROUNDS}"},
                "machine": common.machine_info(), "command": " ".join(sys.argv), "targets": []}
     ids = None
     round_index = 0
 
     def record(name, flags, client):
         nonlocal round_index
+        if not workloads & {"W4a", "W4b"}:
+            return
         out = {"target": name, "flags": flags, **run_workloads(client, ids, round_index)}
         round_index += 1
         results["targets"].append(out)
@@ -227,11 +327,17 @@ def main():
         ids = common.corpus_ids(remote)
         record("snapserve", args.snapserve_target, SnapserveClient(stub))
     else:
-        for flags in flag_sets:
+        for flags in flag_sets if workloads & {"W4a", "W4b"} else []:
             with common.Server(shlex.split(flags)) as server:
                 if ids is None:
                     ids = common.corpus_ids(server)
                 record("snapserve", flags, SnapserveClient(server.stub))
+        if "W4c" in workloads:
+            common.log("snapserve: W4c")
+            results["W4c_result"], ids = w4c(flag_sets[0], ids)
+            c = results["W4c_result"]
+            common.log(f"W4c B cold {c['b_cold_ttft_median_s']:.3f}s, B on A's prefix "
+                       f"{c['b_shared_ttft_median_s']:.3f}s ({c['cold_over_shared']:.1f}x)")
     if args.vllm_url:
         record("vllm", args.vllm_url, HttpPeerClient("vllm", args.vllm_url, args.vllm_model))
     if args.llama_url:

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <deque>
 #include <mutex>
+#include <utility>
 
 #include "engine/common/bounded_text.h"
 #include "engine/request_validation.h"
@@ -10,6 +11,7 @@
 #include "server/logging.h"
 #include "server/metrics.h"
 #include "server/request_conversion.h"
+#include "server/tracing/tracer.h"
 
 namespace snapserve::server {
 namespace {
@@ -43,7 +45,52 @@ grpc::Status DeadlineAware(const grpc::Status& status,
   return status;
 }
 
+// The client's W3C traceparent, from the call's metadata ("" when absent).
+std::string_view ClientTraceParent(const grpc::CallbackServerContext& ctx) {
+  const auto& metadata = ctx.client_metadata();
+  const auto it = metadata.find("traceparent");
+  if (it == metadata.end()) return {};
+  return {it->second.data(), it->second.size()};
+}
+
+// Codes that mean the server failed the request, as OpenTelemetry's gRPC
+// conventions mark a server span's error status; a client's mistake is not one.
+bool IsServerError(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DATA_LOSS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t EpochNanosNow() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
+
+std::optional<tracing::RequestTrace> BeginTrace(tracing::Tracer* tracer,
+                                                std::string_view traceparent, const char* api,
+                                                const engine::Engine& engine,
+                                                const v1::GenerateRequest& request,
+                                                const engine::GenerationRequest& converted) {
+  if (tracer == nullptr) return std::nullopt;
+  tracing::RequestTrace t =
+      tracer->Begin(traceparent, api, request.has_messages() ? "chat" : "text_completion",
+                    engine.model().model_id, converted.request_id);
+  t.max_tokens = converted.max_new_tokens;
+  t.temperature = converted.temperature;
+  t.top_p = converted.top_p;
+  return t;
+}
 
 Status CheckRequest(const engine::Engine& engine, const v1::GenerateRequest& request,
                     const engine::GenerationRequest& converted) {
@@ -72,9 +119,11 @@ static void LogCompression(const std::string& request_id, const engine::Usage& u
 
 void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Status& status,
                 const Status& engine_status, engine::FinishReason reason,
-                const engine::Usage& usage, bool reached_engine, Clock::time_point arrival) {
+                const engine::Usage& usage, bool reached_engine, Clock::time_point arrival,
+                const tracing::RequestTrace* trace) {
   const std::string code = GrpcCodeName(status.error_code());
-  const double total_s = std::chrono::duration<double>(Clock::now() - arrival).count();
+  const Clock::duration total = Clock::now() - arrival;
+  const double total_s = std::chrono::duration<double>(total).count();
   if (metrics != nullptr) {
     RequestRecord r;
     r.status = code;
@@ -114,6 +163,19 @@ void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Sta
   if (reached_engine && usage.kv_kept_entries < usage.kv_prompt_entries) {
     LogCompression(request_id, usage);
   }
+  if (trace != nullptr && trace->tracer != nullptr) {
+    tracing::RequestOutcome outcome;
+    outcome.status = code;
+    outcome.server_error = IsServerError(status.error_code());
+    if (outcome.server_error) outcome.error_message = status.error_message();
+    outcome.reason = reason;
+    outcome.reached_engine = reached_engine;
+    outcome.end_ns = EpochNanosNow();
+    outcome.arrival_ns =
+        outcome.end_ns - std::chrono::duration_cast<std::chrono::nanoseconds>(total).count();
+    outcome.usage = usage;
+    trace->tracer->End(*trace, std::move(outcome));
+  }
 }
 
 namespace {
@@ -133,6 +195,8 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     deadline_ = server_ctx->deadline();
     req.deadline = EngineDeadline(*server_ctx);
     req.arrival = arrival_;
+    trace_ = BeginTrace(ctx_.tracer, ClientTraceParent(*server_ctx), "grpc", *ctx_.engine, *request,
+                        req);
     Status queued = CheckRequest(*ctx_.engine, *request, req);
     if (queued.ok()) queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
     if (!queued.ok()) {
@@ -173,7 +237,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       FillUsage(usage, response_->mutable_usage());
     }
     ReportCall(ctx_.metrics, request_id_, status, engine_status, reason, usage, reached_engine,
-               arrival_);
+               arrival_, trace_ ? &*trace_ : nullptr);
     Finish(status);  // last use of `this`: OnDone may delete it right after
   }
 
@@ -182,6 +246,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   std::string request_id_;
   std::chrono::system_clock::time_point deadline_;
   Clock::time_point arrival_ = Clock::now();
+  std::optional<tracing::RequestTrace> trace_;
 };
 
 // ------------------------------------------------------------ streaming ---
@@ -198,11 +263,14 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
     deadline_ = server_ctx->deadline();
     req.deadline = EngineDeadline(*server_ctx);
     req.arrival = arrival_;
+    trace_ = BeginTrace(ctx_.tracer, ClientTraceParent(*server_ctx), "grpc", *ctx_.engine, *request,
+                        req);
     Status queued = CheckRequest(*ctx_.engine, *request, req);
     if (queued.ok()) queued = ctx_.engine->Enqueue(std::move(req), std::make_shared<Sink>(this));
     if (!queued.ok()) {
       const grpc::Status status = ToGrpc(queued, request_id_);
-      ReportCall(ctx_.metrics, request_id_, status, queued, {}, {}, false, arrival_);
+      ReportCall(ctx_.metrics, request_id_, status, queued, {}, {}, false, arrival_,
+                 trace_ ? &*trace_ : nullptr);
       Finish(status);
     }
   }
@@ -286,7 +354,8 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
 
   void End(const grpc::Status& status, const Status& engine_status, engine::FinishReason reason,
            const engine::Usage& usage) {
-    ReportCall(ctx_.metrics, request_id_, status, engine_status, reason, usage, true, arrival_);
+    ReportCall(ctx_.metrics, request_id_, status, engine_status, reason, usage, true, arrival_,
+               trace_ ? &*trace_ : nullptr);
     Action next;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -311,6 +380,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::GenerateStreamRespo
   std::string request_id_;
   std::chrono::system_clock::time_point deadline_;
   Clock::time_point arrival_ = Clock::now();
+  std::optional<tracing::RequestTrace> trace_;
 
   std::mutex mu_;
   std::deque<v1::GenerateStreamResponse> queue_;

@@ -7,20 +7,27 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "engine/engine.h"
+#include "server/tracing/request_spans.h"
 #include "snapserve/v1/generation.grpc.pb.h"
 
 namespace snapserve::server {
 
 class InFlight;
 class Metrics;
+namespace tracing {
+class Tracer;
+}
 
 struct CallContext {
   engine::Engine* engine = nullptr;
   Metrics* metrics = nullptr;
   InFlight* in_flight = nullptr;
+  tracing::Tracer* tracer = nullptr;  // null: tracing is off
 };
 
 // The checks made before the engine's own, for every front door (gRPC and
@@ -31,14 +38,25 @@ Status CheckRequest(const engine::Engine& engine, const snapserve::v1::GenerateR
                     const engine::GenerationRequest& converted);
 
 // What every generation call reports when it ends, whichever front door it
-// came through: metrics and one `inference_complete` JSON line. `status` is
+// came through: metrics, one `inference_complete` JSON line and, when
+// `trace` is given, the request's spans (queued for export, never sent here). `status` is
 // what the client got (as a gRPC code); `engine_status` the engine's own,
 // whose message the log keeps when the client got only a summary (INTERNAL,
 // ToGrpc).
 void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Status& status,
                 const Status& engine_status, engine::FinishReason reason,
                 const engine::Usage& usage, bool reached_engine,
-                std::chrono::steady_clock::time_point arrival);
+                std::chrono::steady_clock::time_point arrival,
+                const tracing::RequestTrace* trace = nullptr);
+
+// The request's trace when tracing is on: continues the client's
+// `traceparent` (gRPC metadata or HTTP header; "" when absent) and records
+// the request's generation parameters. nullopt when `tracer` is null.
+std::optional<tracing::RequestTrace> BeginTrace(tracing::Tracer* tracer,
+                                                std::string_view traceparent, const char* api,
+                                                const engine::Engine& engine,
+                                                const snapserve::v1::GenerateRequest& request,
+                                                const engine::GenerationRequest& converted);
 
 // Both start the call and return the reactor gRPC drives; it deletes itself
 // in OnDone.

@@ -188,7 +188,8 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
     RecordRefused(status);
     return FinishUnary(ctx, status);
   }
-  return StartGenerateCall({engine_.load(), metrics_, &in_flight_}, ctx, request, response);
+  return StartGenerateCall({engine_.load(), metrics_, &in_flight_, tracer_}, ctx, request,
+                           response);
 }
 
 grpc::ServerWriteReactor<GenerateStreamResponse>* GenerationService::GenerateStream(
@@ -198,7 +199,7 @@ grpc::ServerWriteReactor<GenerateStreamResponse>* GenerationService::GenerateStr
     RecordRefused(status);
     return new FinishedWriter(status);
   }
-  return StartGenerateStreamCall({engine_.load(), metrics_, &in_flight_}, ctx, request);
+  return StartGenerateStreamCall({engine_.load(), metrics_, &in_flight_, tracer_}, ctx, request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,

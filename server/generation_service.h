@@ -20,6 +20,9 @@ namespace snapserve::server {
 
 class BearerAuth;
 class Metrics;
+namespace tracing {
+class Tracer;
+}
 
 // Counts calls in flight; Drain() waits for them to end.
 class InFlight {
@@ -50,6 +53,9 @@ class GenerationService final : public snapserve::v1::Generation::CallbackServic
   // With --auth-token-file: every call must carry the bearer token
   // (server/auth.h). Set before the server starts; must outlive the service.
   void SetAuth(const BearerAuth* auth) { auth_ = auth; }
+  // With --otlp-endpoint: Generate calls are traced. Set before the server
+  // starts; must outlive the service.
+  void SetTracer(tracing::Tracer* tracer) { tracer_ = tracer; }
   InFlight& in_flight() { return in_flight_; }
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx,
@@ -79,6 +85,7 @@ class GenerationService final : public snapserve::v1::Generation::CallbackServic
 
   Metrics* metrics_;
   const BearerAuth* auth_ = nullptr;
+  tracing::Tracer* tracer_ = nullptr;
   std::atomic<engine::Engine*> engine_{nullptr};
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};

@@ -27,6 +27,7 @@
 #include "server/logging.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
+#include "server/tracing/tracer.h"
 
 namespace snapserve::server {
 namespace {
@@ -94,8 +95,19 @@ int Run(const ServerConfig& config) {
     LogEvent("info", "metrics_listening", {{"address", metrics.address()}});
   }
 
+  // Traces: the exporter's thread starts here and, declared before the
+  // engine, is stopped after it, sending what the last requests left.
+  std::unique_ptr<tracing::Tracer> tracer;
+  if (!config.otlp_endpoint.empty()) {
+    tracer = std::make_unique<tracing::Tracer>(
+        tracing::TracerOptions{config.otlp_endpoint, config.otlp_service_name}, metrics.registry());
+    LogEvent("info", "tracing",
+             {{"endpoint", config.otlp_endpoint}, {"service_name", config.otlp_service_name}});
+  }
+
   GenerationService service(&metrics);
   service.SetAuth(auth.get());
+  service.SetTracer(tracer.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
@@ -122,6 +134,7 @@ int Run(const ServerConfig& config) {
   // the engine's sinks hold its connections until the engine is destroyed.
   http::OpenAiService openai(&metrics, &service.in_flight());
   openai.SetAuth(auth.get());
+  openai.SetTracer(tracer.get());
   std::unique_ptr<http::HttpServer> http_server;
   if (config.http_port > 0) {
     http_server = std::make_unique<http::HttpServer>(

@@ -74,6 +74,10 @@ class Metrics {
   void SetKvStoreTotals(const KvStoreTotals& totals);
   void SetRequests(int64_t running, int64_t waiting);
 
+  // For metrics kept by another part of the server (the tracer's span
+  // counters, server/tracing/tracer.h); rendered with the rest.
+  prometheus::Registry* registry() const { return registry_.get(); }
+
  private:
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "engine/common/bounded_text.h"
 
@@ -204,6 +205,21 @@ const std::vector<FlagGroup>& FlagGroups() {
               return SetChoice(c.log_level, v, {"trace", "debug", "info", "warn", "error"});
             },
             [](const ServerConfig& c) { return c.log_level; }},
+           {"otlp-endpoint",
+            "OTLP/HTTP collector for traces, http(s)://host:4318 (spans go to its /v1/traces; "
+            "empty: off; also OTEL_EXPORTER_OTLP_ENDPOINT)",
+            [](ServerConfig& c, const std::string& v) {
+              if (!v.empty() && v.rfind("http://", 0) != 0 && v.rfind("https://", 0) != 0)
+                return "expected an http:// or https:// URL, got '" + Bounded(v) + "'";
+              c.otlp_endpoint = v;
+              return std::string();
+            },
+            [](const ServerConfig& c) { return c.otlp_endpoint; }},
+           {"otlp-service-name", "service.name of the traces' resource (also OTEL_SERVICE_NAME)",
+            [](ServerConfig& c, const std::string& v) {
+              return v.empty() ? "must not be empty" : (c.otlp_service_name = v, "");
+            },
+            [](const ServerConfig& c) { return c.otlp_service_name; }},
        }},
       {"KV cache and batching",
        {
@@ -615,6 +631,15 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
                               char* (*getenv_fn)(const char*)) {
   ParseResult r;
   if (getenv_fn == nullptr) getenv_fn = &std::getenv;
+  // OpenTelemetry's own variables, below SNAPSERVE_* and the command line.
+  for (const auto& [otel, flag] : {std::pair{"OTEL_EXPORTER_OTLP_ENDPOINT", "otlp-endpoint"},
+                                   std::pair{"OTEL_SERVICE_NAME", "otlp-service-name"}}) {
+    const char* env = getenv_fn(otel);
+    if (env == nullptr) continue;
+    if (std::string err = FindFlag(flag)->set(r.config, env); !err.empty()) {
+      return {r.config, true, 2, std::string(otel) + ": " + err};
+    }
+  }
   for (const FlagGroup& g : FlagGroups()) {
     for (const FlagSpec& f : g.flags) {
       const char* env = getenv_fn(EnvName(f.name).c_str());

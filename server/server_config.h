@@ -45,6 +45,11 @@ struct ServerConfig {
   std::string precision_summary;
 
   std::string log_level = "info";
+
+  // OpenTelemetry traces over OTLP/HTTP (server/tracing/): off unless the
+  // collector's base URL is set (also from OTEL_EXPORTER_OTLP_ENDPOINT).
+  std::string otlp_endpoint;
+  std::string otlp_service_name = "snapserve";  // also from OTEL_SERVICE_NAME
 };
 
 // Outcome of parsing: either a config, or a message to print and an exit code

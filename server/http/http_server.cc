@@ -233,6 +233,8 @@ class Session final : public HttpResponder, public std::enable_shared_from_this<
     request.path = std::string(target.substr(0, target.find('?')));
     const auto authorization = message[bhttp::field::authorization];
     request.authorization = std::string(authorization.data(), authorization.size());
+    const auto traceparent = message["traceparent"];
+    request.traceparent = std::string(traceparent.data(), traceparent.size());
     request.body = std::move(message.body());
     keep_alive_ = message.keep_alive();
     parser_.reset();

@@ -27,6 +27,7 @@ struct HttpRequest {
   std::string method;
   std::string path;           // the target without its query
   std::string authorization;  // the Authorization header, or ""
+  std::string traceparent;    // the W3C traceparent header, or ""
   std::string body;
 };
 

@@ -1,5 +1,6 @@
 #include "server/http/openai_service.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "server/http/openai_response.h"
 #include "server/metrics.h"
 #include "server/request_conversion.h"
+#include "server/tracing/tracer.h"
 
 namespace snapserve::server::http {
 namespace {
@@ -39,6 +41,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
     bool include_usage;
     bool logprobs;
     Clock::time_point arrival;
+    std::optional<tracing::RequestTrace> trace;
   };
 
   explicit OpenAiCall(Setup setup) : s_(std::move(setup)) { s_.in_flight->Begin(); }
@@ -79,7 +82,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
   void Finish(const Status& status, engine::FinishReason reason, const engine::Usage& usage) {
     const grpc::Status client = ToGrpc(status, s_.request_id);
     ReportCall(s_.metrics, s_.request_id, client, status, reason, usage, /*reached_engine=*/true,
-               s_.arrival);
+               s_.arrival, s_.trace ? &*s_.trace : nullptr);
     if (client_gone_) return;
     if (!status.ok()) {
       const HttpError error = HttpErrorFromStatus(status, s_.request_id, s_.header.endpoint);
@@ -231,10 +234,16 @@ void OpenAiService::Generate(const HttpRequest& request,
                              OpenAiEndpoint endpoint, engine::Engine* engine) {
   const Clock::time_point arrival = Clock::now();
   const std::string request_id = NewRequestId();
-  // A request refused before the engine: metrics and log as over gRPC.
+  const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
+  std::optional<tracing::RequestTrace> trace;
+  if (tracer_ != nullptr) {
+    trace = tracer_->Begin(request.traceparent, "http", chat ? "chat" : "text_completion",
+                           engine->model().model_id, request_id);
+  }
+  // A request refused before the engine: metrics, log and trace as over gRPC.
   auto refuse = [&](const Status& status, const HttpError& error) {
     ReportCall(metrics_, request_id, ToGrpc(status, request_id), status, {}, {},
-               /*reached_engine=*/false, arrival);
+               /*reached_engine=*/false, arrival, trace ? &*trace : nullptr);
     Send(responder, error);
   };
   const OpenAiParse parsed = ParseOpenAiRequest(request.body, endpoint);
@@ -257,8 +266,12 @@ void OpenAiService::Generate(const HttpRequest& request,
   engine::GenerationRequest converted = ToEngineRequest(*proto);
   converted.request_id = request_id;
   converted.arrival = arrival;
+  if (trace) {
+    trace->max_tokens = converted.max_new_tokens;
+    trace->temperature = converted.temperature;
+    trace->top_p = converted.top_p;
+  }
 
-  const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
   auto call = std::make_shared<OpenAiCall>(OpenAiCall::Setup{
       .engine = engine,
       .metrics = metrics_,
@@ -270,6 +283,7 @@ void OpenAiService::Generate(const HttpRequest& request,
       .include_usage = r.include_usage,
       .logprobs = r.logprobs,
       .arrival = arrival,
+      .trace = trace,
   });
   Status queued = CheckRequest(*engine, *proto, converted);
   if (queued.ok()) queued = engine->Enqueue(std::move(converted), std::make_shared<CallSink>(call));

@@ -20,6 +20,9 @@ namespace snapserve::server {
 class BearerAuth;
 class InFlight;
 class Metrics;
+namespace tracing {
+class Tracer;
+}
 }  // namespace snapserve::server
 
 namespace snapserve::server::http {
@@ -35,6 +38,9 @@ class OpenAiService {
   void SetReady(engine::Engine* engine) { engine_.store(engine); }
   // SIGTERM arrived: new generation is refused with 503.
   void SetDraining(bool draining) { draining_.store(draining); }
+  // With --otlp-endpoint: generation is traced. Set before serving; must
+  // outlive the service.
+  void SetTracer(tracing::Tracer* tracer) { tracer_ = tracer; }
 
   // HttpServer's handler.
   void Handle(const HttpRequest& request, std::shared_ptr<HttpResponder> responder);
@@ -51,6 +57,7 @@ class OpenAiService {
   Metrics* metrics_;
   InFlight* in_flight_;
   const BearerAuth* auth_ = nullptr;
+  tracing::Tracer* tracer_ = nullptr;
   std::atomic<engine::Engine*> engine_{nullptr};
   std::atomic<bool> draining_{false};
   const int64_t started_ = std::chrono::duration_cast<std::chrono::seconds>(

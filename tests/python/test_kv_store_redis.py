@@ -6,7 +6,8 @@ persistence, bounded memory).
 Oracles: a cold run of the same prompt on a server with the same flags
 (greedy tokens and logprobs must be equal, bit for bit); the Redis project's
 own Python client reads the entries, and zlib's CRC-32 checks their checksum
-(the format is documented in engine/kv/store/chunk_entry.h).
+(the format is documented in engine/kv/store/chunk_entry.h); TLS against a
+CA and certificate made with the openssl CLI.
 """
 import pathlib
 import shutil
@@ -290,3 +291,72 @@ def test_kv_store_without_a_prefix_cache_is_refused(start_server, model_path):
                           wait=False)
     assert server.proc.wait(timeout=120) != 0
     assert "--kv-store needs --prefix-cache-memory" in server.logs(), server.logs()
+
+
+def make_tls_files(d):
+    """A CA and a certificate for 127.0.0.1 that it signs (openssl CLI)."""
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
+            "-keyout", "ca.key", "-out", "ca.pem")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout",
+            "server.key", "-out", "server.csr")
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.pem")
+    return d / "ca.pem", d / "server.pem", d / "server.key"
+
+
+def test_tls_and_auth_and_the_password_is_never_logged(start_server, model_path, pb, tmp_path):
+    pb2, pb2_grpc = pb
+    ca, cert, key = make_tls_files(tmp_path)
+    password = "kv-store-secret-7f3a"
+    port = free_port()
+    proc = subprocess.Popen(
+        [shutil.which("redis-server"), "--bind", "127.0.0.1", "--port", "0", "--tls-port",
+         str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+         "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no", "--requirepass", password,
+         "--save", "", "--appendonly", "no", "--maxmemory", "256mb", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(ca),
+                         password=password)
+
+    def up():
+        try:
+            return client.ping()
+        except redis.exceptions.ConnectionError:
+            return False
+
+    try:
+        assert wait_for(up, timeout=20), "redis-server with TLS did not start"
+        flags = [f"--model={model_path}", *FLAGS, f"--kv-store=rediss://127.0.0.1:{port}",
+                 f"--kv-store-tls-ca={ca}"]
+        good = start_server(flags, env={"SNAPSERVE_KV_STORE_PASSWORD": password})
+        (tmp_path / "wrong").write_text("not-the-password\n")
+        wrong = start_server(flags + [f"--kv-store-password-file={tmp_path / 'wrong'}"])
+        untrusted = start_server([f"--model={model_path}", *FLAGS,
+                                  f"--kv-store=rediss://127.0.0.1:{port}"],
+                                 env={"SNAPSERVE_KV_STORE_PASSWORD": password})
+        with grpc.insecure_channel(good.target) as channel:
+            stub = pb2_grpc.GenerationStub(channel)
+            ids = list(stub.Tokenize(pb2.TokenizeRequest(text=GPL3.read_text())).ids)[:600]
+            assert generate(stub, pb2, ids, "tls")["cached"] == 0
+        wait_written(good, 2)
+        assert client.dbsize() == 2
+        # A refused AUTH or an unverifiable certificate costs hits, not requests.
+        for server in (wrong, untrusted):
+            with grpc.insecure_channel(server.target) as channel:
+                stub = pb2_grpc.GenerationStub(channel)
+                r = generate(stub, pb2, ids[:300] + ids[400:600], "refused")
+            assert r["cached"] == 0 and len(r["tokens"]) == MAX_NEW
+            assert counter(server, "snapserve_kv_store_errors_total", {"kind": "connect"}) > 0
+            assert counter(server, "snapserve_kv_store_reads_total") == 0
+        assert "WRONGPASS" in wrong.logs() or "AUTH" in wrong.logs(), wrong.logs()[-2000:]
+        assert "certificate verify failed" in untrusted.logs(), untrusted.logs()[-2000:]
+        for server in (good, wrong, untrusted):
+            assert password not in server.logs()
+        assert "not-the-password" not in wrong.logs()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

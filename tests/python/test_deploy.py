@@ -343,6 +343,28 @@ def test_eks_gpu_overlay_and_karpenter():
     # Spot: the 2-minute interruption notice bounds the whole shutdown.
     assert spec["terminationGracePeriodSeconds"] <= 120
 
+    # Traces: the ADOT collector as a native sidecar (started before snapserve,
+    # stopped after it), receiving OTLP/HTTP on the loopback address that
+    # SNAPSERVE_OTLP_ENDPOINT names and exporting to X-Ray, with an IAM role.
+    (adot,) = [i for i in spec.get("initContainers", []) if i["name"] == "adot-collector"]
+    assert adot["restartPolicy"] == "Always"
+    assert adot["image"].startswith("public.ecr.aws/aws-observability/aws-otel-collector:v")
+    assert "--config=env:ADOT_CONFIG" in adot["args"]
+    config = yaml.safe_load(next(e["value"] for e in adot["env"] if e["name"] == "ADOT_CONFIG"))
+    receiver = config["receivers"]["otlp"]["protocols"]["http"]["endpoint"]
+    assert cm["SNAPSERVE_OTLP_ENDPOINT"] == f"http://{receiver}"
+    assert receiver.startswith("127.0.0.1:")
+    pipeline = config["service"]["pipelines"]["traces"]
+    assert pipeline["receivers"] == ["otlp"] and pipeline["exporters"] == ["awsxray"]
+    assert set(pipeline["processors"]) <= set(config["processors"])
+    assert config["exporters"]["awsxray"]["region"]
+    sc = adot["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert "memory" in adot["resources"]["limits"]
+    (sa,) = [a for a in of_kind(docs, "ServiceAccount") if a["metadata"]["name"] == spec["serviceAccountName"]]
+    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+
     # EC2NodeClass (CRD) required fields.
     (nc,) = of_kind(docs, "EC2NodeClass")
     ncs = nc["spec"]
@@ -475,13 +497,15 @@ def test_network_policy(overlay):
 
     # Egress: DNS to kube-dns and nothing else (the model is a local file),
     # but for eks-gpu's shared KV store: Redis's port, to addresses of the VPC.
-    egress, *store = policy["spec"]["egress"]
+    # eks-gpu's trace collector sidecar: HTTPS to X-Ray and STS, within the VPC.
+    egress, *extra = policy["spec"]["egress"]
     if overlay == "eks-gpu":
-        (rule,) = store
-        assert [(p["port"], p["protocol"]) for p in rule["ports"]] == [(6379, "TCP")]
-        assert all(set(peer) == {"ipBlock"} for peer in rule["to"]), rule
+        assert sorted([(p["port"], p["protocol"]) for p in rule["ports"]] for rule in extra) == \
+            [[(443, "TCP")], [(6379, "TCP")]]
+        for rule in extra:
+            assert all(set(peer) == {"ipBlock"} for peer in rule["to"]), rule
     else:
-        assert not store, store
+        assert not extra, extra
     assert sorted((p["port"], p["protocol"]) for p in egress["ports"]) == [(53, "TCP"), (53, "UDP")]
     (peer,) = egress["to"]
     assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "kube-system"}
@@ -553,7 +577,13 @@ def test_promtool_check_rules():
         for key in ("summary", "description", "runbook"):
             assert ann.get(key), f"{name} lacks annotation {key}"
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}
-        assert name in readme_deploying(), f"README 'Deploying' does not explain {name}"
+        assert name in alerts_doc(), f"docs/metrics.md 'Alerts' does not explain {name}"
+
+
+def alerts_doc():
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    assert "\n## Alerts" in text, "docs/metrics.md has no '## Alerts' section"
+    return text.split("\n## Alerts", 1)[1].split("\n## ", 1)[0]
 
 
 def readme_deploying():

@@ -1,5 +1,5 @@
-"""The README's CloudWatch Logs Insights queries (section "Logs Insights
-queries") run over a real server's log lines: the `kv_cache_compressed` and
+"""The CloudWatch Logs Insights queries of docs/metrics.md (section "Logs
+Insights queries") run over a real server's log lines: the `kv_cache_compressed` and
 `inference_complete` events and the fields the queries read
 (docs/metrics.md, "Logs")."""
 import json
@@ -14,17 +14,17 @@ from test_server_e2e import LONG_PROMPT, SHORT_PROMPT, SNAPKV_CAPACITY, SNAPKV_W
 
 
 def _readme_queries():
-    """The Logs Insights queries in the README's "Logs Insights queries"
+    """The Logs Insights queries in docs/metrics.md's "Logs Insights queries"
     section, each as its list of pipeline stages."""
-    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("#### Logs Insights queries", 1)[1].split("\n#", 1)[0]
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    section = doc.split("## Logs Insights queries", 1)[1].split("\n#", 1)[0]
     blocks = re.findall(r"```\n(.*?)```", section, re.S)
     assert len(blocks) == 2, blocks
     return [[stage.strip() for stage in block.strip().split("\n| ")] for block in blocks]
 
 
 def _run_query(stages, raw_lines):
-    """Evaluates the subset of the Logs Insights language the README uses
+    """Evaluates the subset of the Logs Insights language those queries use
     (`filter @message like /re/`, `filter field = "value"`, `stats` with
     avg / max / percentile over a field or a field ratio), all lines in one
     bin. Returns {name: value}."""
@@ -58,7 +58,7 @@ def _run_query(stages, raw_lines):
 
 
 def test_logs_insights_queries_over_real_log_lines(start_server, model_path, pb):
-    """The README's two queries, run over this server's own log lines: the
+    """The two queries, run over this server's own log lines: the
     compression query sees exactly the compressed requests (a `kv_cache_compressed`
     line each, with the Usage the client got), the latency query every call."""
     pb2, pb2_grpc = pb

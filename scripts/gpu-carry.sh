@@ -47,6 +47,10 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev
   # tokenizer.model support, required by the server build
   libsentencepiece-dev libsentencepiece0
+  # the OpenAI HTTP API's Boost.Beast/Asio (headers only). libcurl's run-time
+  # dependencies are not carried: the GPU build leaves the OTLP exporter out
+  # (gpu-check.sh, -DSNAPSERVE_OTLP_EXPORT=OFF)
+  libboost1.74-dev
   # named by prometheus-cpp's CMake config (pull and push), never linked
   libcivetweb-dev libcivetweb1 civetweb libcurl4-openssl-dev libcurl4
 )

@@ -48,6 +48,8 @@ E2E_FILES=(
   test_adaptive_e2e.py
   test_streaming_llm_e2e.py
   test_logprobs.py
+  test_prefix_cache.py
+  test_openai_http.py
 )
 # Tests of those files left out there, each with its reason ("id|reason").
 # test_server_cuda_e2e.py checks greedy tokens, logprobs and chunked prefill
@@ -70,6 +72,7 @@ E2E_LEFT_OUT=(
   "test_logprobs.py::test_sampled_logprobs_are_tempered_but_not_truncated|$FLOAT32_TOKENS"
   "test_logprobs.py::test_repetition_penalty_is_in_the_reported_distribution|$FLOAT32_TOKENS"
   "test_logprobs.py::test_logprobs_do_not_depend_on_the_batch|$BATCH_BITS"
+  "test_prefix_cache.py::test_a_cached_prefix_computes_what_a_cold_prefill_computes|$BATCH_BITS (its hits run batched beside misses)"
 )
 # Suites not run there at all, with the reason.
 E2E_FILES_LEFT_OUT=(
@@ -383,7 +386,7 @@ if [ "$REHEARSAL" = 1 ]; then
 elif run_logged "$LOGS/configure.log" cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
      -DCMAKE_CXX_COMPILER="$CXX_BIN" -DCMAKE_C_COMPILER="$CC_BIN" -DCMAKE_CUDA_HOST_COMPILER="$CXX_BIN" \
      -DSNAPSERVE_BUILD_SERVER=ON -DSNAPSERVE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-     -DSNAPSERVE_FUZZ_TESTS=OFF \
+     -DSNAPSERVE_FUZZ_TESTS=OFF -DSNAPSERVE_OTLP_EXPORT=OFF \
      -DTorch_DIR="$TORCH_DIR" -DCMAKE_PREFIX_PATH="$GPU_CARRY_PREFIX" "${dev_args[@]}" &&
    run_logged "$LOGS/build.log" cmake --build "$BUILD" -j "$JOBS"; then
   detail "build: ok ($((SECONDS - t0)) s)"

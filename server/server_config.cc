@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "engine/common/bounded_text.h"
+#include "server/tracing/otlp_http_client.h"
 
 namespace snapserve::server {
 namespace {
@@ -211,6 +212,9 @@ const std::vector<FlagGroup>& FlagGroups() {
             [](ServerConfig& c, const std::string& v) {
               if (!v.empty() && v.rfind("http://", 0) != 0 && v.rfind("https://", 0) != 0)
                 return "expected an http:// or https:// URL, got '" + Bounded(v) + "'";
+              if (!v.empty() && !tracing::OtlpExportBuiltIn())
+                return std::string(
+                    "this build has no OTLP exporter (built with SNAPSERVE_OTLP_EXPORT=OFF)");
               c.otlp_endpoint = v;
               return std::string();
             },

@@ -1,10 +1,37 @@
 #include "server/tracing/otlp_http_client.h"
 
+#if SNAPSERVE_OTLP_EXPORT
 #include <curl/curl.h>
+#endif
 
 #include <mutex>
 
 namespace snapserve::server::tracing {
+
+std::string TracesUrl(const std::string& endpoint) {
+  std::string url = endpoint;
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  return url + "/v1/traces";
+}
+
+#if !SNAPSERVE_OTLP_EXPORT
+
+bool OtlpExportBuiltIn() { return false; }
+
+OtlpHttpClient::OtlpHttpClient(OtlpHttpOptions options)
+    : url_(TracesUrl(options.endpoint)), options_(std::move(options)) {}
+
+OtlpHttpClient::~OtlpHttpClient() = default;
+
+bool OtlpHttpClient::Post(const std::string&, std::string* error) {
+  *error = "this build has no OTLP exporter (SNAPSERVE_OTLP_EXPORT=OFF)";
+  return false;
+}
+
+#else
+
+bool OtlpExportBuiltIn() { return true; }
+
 namespace {
 
 // The collector's reply is only read for its status; its body (an
@@ -17,12 +44,6 @@ void GlobalInitOnce() {
 }
 
 }  // namespace
-
-std::string TracesUrl(const std::string& endpoint) {
-  std::string url = endpoint;
-  while (!url.empty() && url.back() == '/') url.pop_back();
-  return url + "/v1/traces";
-}
 
 OtlpHttpClient::OtlpHttpClient(OtlpHttpOptions options)
     : url_(TracesUrl(options.endpoint)), options_(std::move(options)) {
@@ -67,5 +88,7 @@ bool OtlpHttpClient::Post(const std::string& json_body, std::string* error) {
   }
   return true;
 }
+
+#endif  // SNAPSERVE_OTLP_EXPORT
 
 }  // namespace snapserve::server::tracing

@@ -18,6 +18,10 @@ struct OtlpHttpOptions {
   std::chrono::milliseconds timeout{3000};
 };
 
+// Whether this build exports traces (CMake SNAPSERVE_OTLP_EXPORT: libcurl);
+// without it --otlp-endpoint is refused at start.
+bool OtlpExportBuiltIn();
+
 // "http://host:4318" -> "http://host:4318/v1/traces" (one '/' between).
 std::string TracesUrl(const std::string& endpoint);
 

@@ -14,6 +14,8 @@ const char* kv_method_name(KvMethod method) {
       return "adakv";
     case KvMethod::kPyramidKv:
       return "pyramidkv";
+    case KvMethod::kKeyDiff:
+      return "keydiff";
   }
   return "unknown";
 }

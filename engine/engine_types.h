@@ -21,8 +21,9 @@ namespace snapserve::engine {
 // pick, or StreamingLLM's attention sinks plus the most recent positions
 // (docs/compression-policies.md).
 // docs/compression-policies.md: kAdaKv and kPyramidKv rank SnapKV's scores
-// with head-adaptive / layer-pyramid budgets.
-enum class KvMethod { kNone, kSnapKv, kStreamingLlm, kAdaKv, kPyramidKv };
+// with head-adaptive / layer-pyramid budgets; kKeyDiff keeps the keys least
+// like their head's mean key, reading no query.
+enum class KvMethod { kNone, kSnapKv, kStreamingLlm, kAdaKv, kPyramidKv, kKeyDiff };
 
 // How SnapKV smooths its per-position scores: the kernel's own enum.
 using KvPooling = kernels::PoolingKind;
@@ -87,8 +88,9 @@ struct KvCompressionOverrides {
 };
 
 // The one spelling of each value, as flags, logs and ModelInfo write them:
-// "snapkv"/"streaming_llm"/"adakv"/"pyramidkv"/"none", "max"/"avg", "float32"/"bfloat16"/"float16",
-// "cpu"/"cuda"/"cuda:N", "length"/"eos"/"stop_sequence"/"stop_token".
+// "snapkv"/"streaming_llm"/"adakv"/"pyramidkv"/"keydiff"/"none", "max"/"avg",
+// "float32"/"bfloat16"/"float16", "cpu"/"cuda"/"cuda:N",
+// "length"/"eos"/"stop_sequence"/"stop_token".
 const char* kv_method_name(KvMethod method);
 const char* kv_pooling_name(KvPooling pooling);
 const char* dtype_name(Dtype dtype);

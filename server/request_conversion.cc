@@ -57,6 +57,9 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
     case v1::KvCompression::PYRAMIDKV:
       e.kv_compression.method = engine::KvMethod::kPyramidKv;
       break;
+    case v1::KvCompression::KEYDIFF:
+      e.kv_compression.method = engine::KvMethod::kKeyDiff;
+      break;
     default:  // METHOD_UNSPECIFIED: the server default
       break;
   }
@@ -127,6 +130,8 @@ v1::KvCompression::Method ToProto(engine::KvMethod method) {
       return v1::KvCompression::ADAKV;
     case engine::KvMethod::kPyramidKv:
       return v1::KvCompression::PYRAMIDKV;
+    case engine::KvMethod::kKeyDiff:
+      return v1::KvCompression::KEYDIFF;
   }
   return v1::KvCompression::METHOD_UNSPECIFIED;
 }

@@ -340,7 +340,7 @@ const std::vector<FlagGroup>& FlagGroups() {
        {
            {"default-kv-method",
             "KV compression when a request does not say: snapkv | adakv | pyramidkv | "
-            "streaming_llm | none",
+            "streaming_llm | keydiff | none",
             [](ServerConfig& c, const std::string& v) {
               return SetParsed(c.engine.default_kv_compression.method, ParseKvMethod(v));
             },
@@ -532,7 +532,7 @@ StatusOr<engine::KvMethod> ParseKvMethod(const std::string& text) {
   return ParseNamed(
       text,
       {engine::KvMethod::kSnapKv, engine::KvMethod::kStreamingLlm, engine::KvMethod::kAdaKv,
-       engine::KvMethod::kPyramidKv, engine::KvMethod::kNone},
+       engine::KvMethod::kPyramidKv, engine::KvMethod::kKeyDiff, engine::KvMethod::kNone},
       &engine::kv_method_name);
 }
 

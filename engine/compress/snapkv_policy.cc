@@ -70,6 +70,8 @@ Status ValidateMethod(const KvCompressionConfig& config, int64_t max_context) {
       return ValidateSnapKv(config, max_context);
     case KvMethod::kStreamingLlm:
       return ValidateStreamingLlm(config);
+    case KvMethod::kKeyDiff:  // C alone, checked below: KeyDiff has no window
+      break;
     case KvMethod::kAdaKv:
     case KvMethod::kPyramidKv:
       return ValidateAdaptive(config, max_context);

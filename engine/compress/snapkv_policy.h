@@ -1,4 +1,4 @@
-// The compression policy of one request (SnapKV or StreamingLLM): the
+// The compression policy of one request (any KvMethod): the
 // server's defaults merged with the request's KvCompression overrides,
 // validated once at admission so that no selector ever sees a bad parameter.
 // Owns only parameter rules (docs/snapkv.md, "Parameters";

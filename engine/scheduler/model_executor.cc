@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/compress/adakv_selector.h"
+#include "engine/compress/keydiff_selector.h"
 #include "engine/compress/snapkv_selector.h"
 #include "engine/compress/streaming_llm_selector.h"
 #include "engine/sampling/logprobs.h"
@@ -161,6 +162,12 @@ Status ModelExecutor::Admit(Sequence& seq) {
     seq.retained_attention = std::make_shared<compress::RetainedAttention>();
     selector = compress::MakeStreamingLlmSelector(seq.compression, seq.retained_attention);
     query_rows = compress::StreamingLlmScoreWindow(seq.compression, n);
+  } else if (method == engine::KvMethod::kKeyDiff && compress::ShouldCompress(seq.compression, n)) {
+    // KeyDiff scores keys alone; the window's queries only measure the
+    // retained attention.
+    seq.retained_attention = std::make_shared<compress::RetainedAttention>();
+    selector = compress::MakeKeyDiffSelector(seq.compression, seq.retained_attention);
+    query_rows = compress::KeyDiffScoreWindow(seq.compression, n);
   } else if (method != engine::KvMethod::kNone && compress::ShouldCompress(seq.compression, n)) {
     // SnapKV, AdaKV and PyramidKV rank SnapKV's scores over the window.
     seq.snapkv_timer = std::make_shared<compress::SelectionTimer>();

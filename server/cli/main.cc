@@ -3,7 +3,7 @@
 //   snapserve-cli info
 //   snapserve-cli tokenize "text"
 //   snapserve-cli generate [--max-new-tokens=N] [--temperature=T]
-//                          [--kv=snapkv|adakv|pyramidkv|streaming_llm|none] "prompt"
+//                          [--kv=snapkv|adakv|pyramidkv|streaming_llm|keydiff|none] "prompt"
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -31,18 +31,19 @@ namespace {
 namespace v1 = snapserve::v1;
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: snapserve-cli [--target=HOST:PORT] [--ca=PEM] [--timeout=SECONDS]\n"
-               "                     [--auth-token-file=FILE] COMMAND\n"
-               "commands:\n"
-               "  health                      grpc.health.v1 status of the server\n"
-               "  info                        the served model and limits\n"
-               "  tokenize TEXT               token ids of TEXT\n"
-               "  generate [opts] PROMPT      stream a completion to the terminal\n"
-               "     --max-new-tokens=N --temperature=T --top-k=K --top-p=P --seed=S\n"
-               "     --kv=snapkv|adakv|pyramidkv|streaming_llm|none --capacity=C --window=W "
-               "--sink=S --chat (send "
-               "PROMPT as a user message)\n");
+  std::fprintf(
+      stderr,
+      "usage: snapserve-cli [--target=HOST:PORT] [--ca=PEM] [--timeout=SECONDS]\n"
+      "                     [--auth-token-file=FILE] COMMAND\n"
+      "commands:\n"
+      "  health                      grpc.health.v1 status of the server\n"
+      "  info                        the served model and limits\n"
+      "  tokenize TEXT               token ids of TEXT\n"
+      "  generate [opts] PROMPT      stream a completion to the terminal\n"
+      "     --max-new-tokens=N --temperature=T --top-k=K --top-p=P --seed=S\n"
+      "     --kv=snapkv|adakv|pyramidkv|streaming_llm|keydiff|none --capacity=C --window=W "
+      "--sink=S --chat (send "
+      "PROMPT as a user message)\n");
   return 2;
 }
 
@@ -235,7 +236,8 @@ int main(int argc, char** argv) {
       for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
       v1::KvCompression::Method method{};
       if (name == "METHOD_UNSPECIFIED" || !v1::KvCompression::Method_Parse(name, &method)) {
-        std::fprintf(stderr, "error: --kv=%s: expected snapkv|adakv|pyramidkv|streaming_llm|none\n",
+        std::fprintf(stderr,
+                     "error: --kv=%s: expected snapkv|adakv|pyramidkv|streaming_llm|keydiff|none\n",
                      opts["kv"].c_str());
         return 2;
       }

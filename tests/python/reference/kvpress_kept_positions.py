@@ -6,9 +6,10 @@ it as a subprocess:
 
     python kvpress_kept_positions.py MODEL.gguf IN.json OUT.json
 
-IN.json:  {"press": "streaming_llm" | "snapkv" | "pyramidkv" | "adakv",
+IN.json:  {"press": "streaming_llm" | "snapkv" | "pyramidkv" | "adakv" | "keydiff",
            "prompts": [[token ids], ...],
            "configs": [{"capacity": C, "sink_tokens": S}, ...]   (streaming_llm)
+                      [{"capacity": C}, ...]                     (keydiff)
                       [{"capacity": C, "window": w, "kernel_size": k,
                         "beta": b, "alpha": a}, ...]             (the others)}
 OUT.json: {"kvpress": version, "transformers": version,
@@ -71,6 +72,12 @@ def pyramidkv(config, n):
                           kernel_size=config["kernel_size"], beta=config["beta"]), ratio
 
 
+def keydiff(config, n):
+    from kvpress import KeyDiffPress
+    ratio = ratio_keeping(n, config["capacity"])
+    return KeyDiffPress(compression_ratio=ratio), ratio
+
+
 def adakv(config, n):
     from kvpress import AdaKVPress
     press, ratio = snapkv(config, n)
@@ -78,7 +85,7 @@ def adakv(config, n):
 
 
 PRESSES = {"streaming_llm": streaming_llm, "snapkv": snapkv, "pyramidkv": pyramidkv,
-           "adakv": adakv}
+           "adakv": adakv, "keydiff": keydiff}
 
 
 def load_model(model_path):

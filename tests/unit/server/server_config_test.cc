@@ -112,8 +112,7 @@ TEST(ServerConfigTest, EveryQuantizedDotName) {
   ParseResult bad = Parse({"--quantized-dot=fast"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.message, "--quantized-dot: expected one of exact|int8, got 'fast'");
-  EXPECT_EQ(Parse({"--precision=exact"}).config.engine.prefill_gemm,
-            engine::PrefillGemm::kFloat32);
+  EXPECT_EQ(Parse({"--precision=exact"}).config.engine.prefill_gemm, engine::PrefillGemm::kFloat32);
   EXPECT_EQ(Parse({"--prefill-gemm=bfloat16"}).config.engine.prefill_gemm,
             engine::PrefillGemm::kBFloat16);
   EXPECT_EQ(Parse({"--prefill-gemm=int8"}).config.engine.prefill_gemm, engine::PrefillGemm::kInt8);
@@ -164,7 +163,8 @@ TEST(ServerConfigTest, UnknownNamesListTheAcceptedValues) {
   };
   for (const Case& c : {
            Case{"--default-kv-method=h2o",
-                "--default-kv-method: expected one of snapkv|streaming_llm|adakv|pyramidkv|none, "
+                "--default-kv-method: expected one of "
+                "snapkv|streaming_llm|adakv|pyramidkv|keydiff|none, "
                 "got 'h2o'"},
            Case{"--snapkv-pooling=min", "--snapkv-pooling: expected one of max|avg, got 'min'"},
            Case{"--dtype=int8", "--dtype: expected one of float32|bfloat16|float16, got 'int8'"},
@@ -180,7 +180,7 @@ TEST(ServerConfigTest, UnknownNamesListTheAcceptedValues) {
   EXPECT_EQ(env.exit_code, 2);
   EXPECT_EQ(env.message,
             "SNAPSERVE_DEFAULT_KV_METHOD: expected one of "
-            "snapkv|streaming_llm|adakv|pyramidkv|none, got 'None'");
+            "snapkv|streaming_llm|adakv|pyramidkv|keydiff|none, got 'None'");
   EXPECT_FALSE(ParseKvMethod("").ok());
   EXPECT_FALSE(ParseKvPooling("MAX").ok());
   EXPECT_FALSE(ParseDtype("fp16").ok());

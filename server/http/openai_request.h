@@ -25,7 +25,8 @@ struct OpenAiMessage {
 // The `kv_compression` extension object; unset fields take the server's
 // defaults, as gRPC's KvCompression.
 struct OpenAiKvCompression {
-  std::optional<std::string> method;   // "snapkv", "streaming_llm", "adakv", "pyramidkv", "none"
+  // "snapkv", "streaming_llm", "adakv", "pyramidkv", "keydiff", "none"
+  std::optional<std::string> method;
   std::optional<std::string> pooling;  // "max", "avg"
   uint32_t capacity = 0;
   uint32_t window = 0;

@@ -788,7 +788,7 @@ def test_metric_names_exist_in_real_scrape(start_server, model_path):
 def test_eks_gpu_ships_snapserve_logs_to_cloudwatch():
     """Fluent Bit tails exactly the snapserve containers' log files, keeps the
     JSON lines and sends each unchanged as one CloudWatch event (log_key), to
-    the log group the README's queries run on."""
+    the log group docs/metrics.md's queries run on."""
     import fnmatch
     sections, cm, docs = fluent_bit_config()
     app = render("eks-gpu")
@@ -830,8 +830,9 @@ def test_eks_gpu_ships_snapserve_logs_to_cloudwatch():
     # It must run where snapserve runs: the GPU NodePool's tainted nodes.
     assert any(t.get("operator") == "Exists" and "key" not in t
                for t in ds["spec"]["template"]["spec"]["tolerations"])
-    readme = (ROOT / "README.md").read_text()
-    assert "/snapserve/<cluster>" in readme, "README must name the log group the queries run on"
+    queries = (ROOT / "docs" / "metrics.md").read_text()
+    assert "/snapserve/<cluster>" in queries, \
+        "docs/metrics.md must name the log group the Logs Insights queries run on"
 
 
 def fluent_bit_keeps(line):

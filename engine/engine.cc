@@ -16,6 +16,7 @@
 #include "engine/common/bounded_text.h"
 #include "engine/common/reusing_cpu_allocator.h"
 #include "engine/compress/snapkv_policy.h"
+#include "engine/kv/document_cache.h"
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/kv/store/model_files_digest.h"
@@ -168,7 +169,8 @@ class Engine::Impl {
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<kv::PagedKvCache> cache;
-  std::unique_ptr<kv::PrefixCache> prefix_cache;  // null when off
+  std::unique_ptr<kv::PrefixCache> prefix_cache;      // null when off
+  std::unique_ptr<kv::DocumentCache> document_cache;  // null when off
   // Declared before the scheduler: the scheduler's executor uses it.
   std::unique_ptr<kv::SharedKvTier> kv_tier;  // null when off
   std::unique_ptr<scheduler::Scheduler> scheduler;
@@ -177,7 +179,31 @@ class Engine::Impl {
   std::unordered_set<std::string> ids_in_flight;
 
   StatusOr<std::vector<int32_t>> PromptIds(const GenerationRequest& r) const;
+  // PromptIds, split into a document and its question when `r` has one.
+  StatusOr<tokenizer::Tokenizer::DocumentAndQuestion> DocumentIds(const GenerationRequest& r) const;
 };
+
+StatusOr<tokenizer::Tokenizer::DocumentAndQuestion> Engine::Impl::DocumentIds(
+    const GenerationRequest& r) const {
+  if (r.question.empty()) {
+    SNAPSERVE_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PromptIds(r));
+    return tokenizer::Tokenizer::DocumentAndQuestion{std::move(ids), {}};
+  }
+  tokenizer::Tokenizer::DocumentAndQuestion split;
+  if (r.messages) {
+    std::vector<tokenizer::ChatMessage> messages;
+    for (const auto& m : *r.messages) messages.push_back({m.role, m.content});
+    StatusOr<tokenizer::Tokenizer::DocumentAndQuestion> ids =
+        tokenizer->EncodeChatDocument(messages, r.question);
+    if (!ids.ok()) return Status::InvalidArgument("messages: " + ids.status().message());
+    split = std::move(*ids);
+  } else {
+    SNAPSERVE_ASSIGN_OR_RETURN(split.document, PromptIds(r));
+    split.question = tokenizer->Encode(r.question, /*add_special_tokens=*/false);
+  }
+  if (split.question.empty()) return Status::InvalidArgument("question: tokenizes to no tokens");
+  return split;
+}
 
 StatusOr<std::vector<int32_t>> Engine::Impl::PromptIds(const GenerationRequest& r) const {
   if (r.input_ids) return std::vector<int32_t>(r.input_ids->begin(), r.input_ids->end());
@@ -298,8 +324,17 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   }
   const auto prefix_bytes =
       static_cast<int64_t>(share * static_cast<double>(options.kv_cache_memory_bytes));
-  kc.num_blocks =
-      kv::PagedKvCache::NumBlocksForBudget(kc, options.kv_cache_memory_bytes - prefix_bytes);
+  const double document_share = options.document_cache_memory_share;
+  if (!(document_share >= 0 && share + document_share < 1)) {
+    return Status::InvalidArgument(
+        "document_cache_memory: the share must be >= 0 and leave the paged cache some memory "
+        "beside the prefix cache's, got " +
+        std::to_string(document_share));
+  }
+  const auto document_bytes =
+      static_cast<int64_t>(document_share * static_cast<double>(options.kv_cache_memory_bytes));
+  kc.num_blocks = kv::PagedKvCache::NumBlocksForBudget(
+      kc, options.kv_cache_memory_bytes - prefix_bytes - document_bytes);
   if (kc.num_blocks <= 0) {
     return Status::InvalidArgument(
         "kv_cache_memory: " + std::to_string(options.kv_cache_memory_bytes) +
@@ -333,6 +368,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
         std::to_string(chunk) + " tokens (" + std::to_string(pc.capacity_chunks * chunk) +
         " tokens, " + std::string(c10::toString(pc.dtype)) + ", " +
         std::to_string(prefix_bytes >> 20) + " MiB)");
+  }
+  if (document_bytes > 0) {
+    impl->document_cache = std::make_unique<kv::DocumentCache>(document_bytes);
+    log("document cache: " + std::to_string(document_bytes >> 20) + " MiB");
   }
   if (!options.kv_store.url.empty()) {
     if (impl->prefix_cache == nullptr) {
@@ -373,7 +412,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
 
   impl->scheduler = std::make_unique<scheduler::Scheduler>(
       std::make_unique<scheduler::ModelExecutor>(*impl->model, *impl->cache,
-                                                 impl->prefix_cache.get(), impl->kv_tier.get()),
+                                                 impl->prefix_cache.get(), impl->kv_tier.get(),
+                                                 impl->document_cache.get()),
       scheduler::SchedulerOptions{
           scheduler::StepLimits{options.max_batch_size, options.max_step_tokens,
                                 options.max_prefill_tokens_per_step},
@@ -392,25 +432,30 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
                              compress::ResolveCompression(m.options.default_kv_compression,
                                                           request.kv_compression, mc.max_context));
 
-  SNAPSERVE_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, m.PromptIds(request));
+  SNAPSERVE_ASSIGN_OR_RETURN(auto ids, m.DocumentIds(request));
+  std::vector<int32_t> prompt = std::move(ids.document);
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return Status::InvalidArgument("prompt: tokenizes to no tokens");
+  const auto question_tokens = static_cast<int64_t>(ids.question.size());
   const int64_t max_new =
       request.max_new_tokens == 0 ? m.options.default_max_new_tokens : request.max_new_tokens;
-  if (n + max_new > mc.max_context) {
+  if (n + question_tokens + max_new > mc.max_context) {
     return Status::InvalidArgument(
-        "stopping.max_new_tokens: prompt (" + std::to_string(n) + " tokens) + max_new_tokens (" +
-        std::to_string(max_new) + ") exceeds the context length " + std::to_string(mc.max_context));
+        "stopping.max_new_tokens: prompt (" + std::to_string(n + question_tokens) +
+        " tokens) + max_new_tokens (" + std::to_string(max_new) + ") exceeds the context length " +
+        std::to_string(mc.max_context));
   }
   // Reserve every block the request can ever hold (docs/kv-cache-and-scheduling.md,
-  // "Admission and reservation"): per layer its policy's budget + max_new.
+  // "Admission and reservation"): per layer its policy's budget of the
+  // prompt (a document's alone), the question, and max_new.
   kv::LaneReservation lanes{compress::LayerBudgets(compression, n, mc.num_layers),
                             compress::HeadsShareBudget(compression, n)};
-  for (int64_t& entries : lanes.entries_per_layer) entries += max_new;
+  for (int64_t& entries : lanes.entries_per_layer) entries += question_tokens + max_new;
   const int64_t reserve = m.cache->BlocksFor(lanes);
   if (!m.cache->CanEverFit(reserve)) {
     return Status::ResourceExhausted(
-        "request needs " + std::to_string(compress::KeptEntries(compression, n) + max_new) +
+        "request needs " +
+        std::to_string(compress::KeptEntries(compression, n) + question_tokens + max_new) +
         " KV entries per layer and KV head (" + std::to_string(reserve) +
         " blocks); the whole cache holds " + std::to_string(m.summary.kv_cache_capacity_tokens) +
         " (" + std::to_string(m.cache->num_total_blocks()) + " blocks)");
@@ -432,6 +477,7 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
   seq->id = m.next_seq_id++;
   seq->request_id = request.request_id;
   seq->prompt = std::move(prompt);
+  seq->question = std::move(ids.question);
   seq->compression = compression;
   seq->max_new_tokens = max_new;
   seq->reserve_blocks = reserve;
@@ -444,7 +490,9 @@ Status Engine::Enqueue(GenerationRequest request, std::shared_ptr<ResultSink> si
   sp.repetition_penalty = request.repetition_penalty == 0 ? 1.f : request.repetition_penalty;
   sp.seed = request.seed;
   sp.logprobs = request.logprobs;
-  seq->sampler = std::make_unique<sampling::Sampler>(sp, seq->prompt);
+  std::vector<int32_t> context = seq->prompt;  // what a repetition penalty counts
+  context.insert(context.end(), seq->question.begin(), seq->question.end());
+  seq->sampler = std::make_unique<sampling::Sampler>(sp, context);
   sampling::StopCriteria stop;
   stop.max_new_tokens = max_new;
   stop.stop = request.stop;

@@ -79,6 +79,10 @@ struct EngineOptions {
   // share of kv_cache_memory_bytes that holds prompt chunks' K/V across
   // requests (the paged cache gets the rest); 0: no prefix cache.
   double prefix_cache_memory_share = 0;
+  // The document cache (docs/kv-cache-and-scheduling.md, "Document cache"):
+  // the share of kv_cache_memory_bytes that keeps documents compressed for
+  // later questions (taken from the paged cache); 0: none.
+  double document_cache_memory_share = 0;
   // Tokens per cached chunk; must divide max_step_tokens. Prompts then run
   // in pieces cut on this grid, so a cached prefix and a cold prefill
   // compute the same numbers. Not a server flag.
@@ -132,6 +136,12 @@ struct GenerationRequest {
   // For `prompt`: special-token strings in it are plain text, not control
   // tokens. Message content is always plain text; token ids are taken as given.
   bool split_special_tokens = false;
+  // Makes the input a document (docs/api.md, "Documents and questions"): the
+  // input is prefilled and compressed alone, then the question's tokens run
+  // after it uncompressed, before the first generated token. With `messages`
+  // the question ends the last message and the chat template's tail follows
+  // it; otherwise its tokens follow the input's. Empty: no document.
+  std::string question;
 
   float temperature = 0;  // 0: greedy
   uint32_t top_k = 0;

@@ -32,6 +32,11 @@ Status CheckInputBytes(const GenerationRequest& r, int64_t max_context_tokens) {
       bytes += static_cast<int64_t>(m.role.size() + m.content.size());
     }
   }
+  if (r.question.size() > static_cast<size_t>(limit)) {
+    return Invalid("question", std::to_string(r.question.size()) +
+                                   " bytes of text cannot fit the context: the limit is " +
+                                   std::to_string(limit) + " bytes");
+  }
   if (bytes <= limit) return Status::Ok();
   return Invalid(field,
                  std::to_string(bytes) + " bytes of text cannot fit the context: the limit is " +

@@ -39,8 +39,10 @@ struct PhaseTimes {
 
 struct Usage {
   uint32_t prompt_tokens = 0;
-  // Of prompt_tokens, those whose K/V came from the prefix cache.
+  // Of prompt_tokens, those whose K/V came from the prefix cache, or from
+  // the document cache when document_cache_hit.
   uint32_t cached_prompt_tokens = 0;
+  bool document_cache_hit = false;
   uint32_t completion_tokens = 0;
   uint32_t kv_prompt_entries = 0;      // per layer and KV head, before compression
   uint32_t kv_kept_entries = 0;        // after compression (mean per layer and KV head)

@@ -133,6 +133,7 @@ void ReportCall(Metrics* metrics, const std::string& request_id, const grpc::Sta
       if (usage.completion_tokens > 0) r.ttft_s = usage.time_to_first_token_ms / 1e3;
       r.prompt_tokens = usage.prompt_tokens;
       r.cached_prompt_tokens = usage.cached_prompt_tokens;
+      r.document_cache_hit = usage.document_cache_hit;
       r.completion_tokens = usage.completion_tokens;
       r.kv_entries_before = usage.kv_prompt_entries;
       r.kv_entries_after = usage.kv_kept_entries;

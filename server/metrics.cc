@@ -64,6 +64,17 @@ struct Metrics::Families {
                               .Help("Prompt tokens of finished requests served by the prefix cache")
                               .Register(r)
                               .Add({})),
+        document_hits(prometheus::BuildCounter()
+                          .Name("snapserve_document_cache_hits_total")
+                          .Help("Finished requests whose document came from the document cache")
+                          .Register(r)
+                          .Add({})),
+        document_hit_tokens(prometheus::BuildCounter()
+                                .Name("snapserve_document_cache_hit_tokens_total")
+                                .Help("Document tokens of finished requests whose prefill the "
+                                      "document cache saved")
+                                .Register(r)
+                                .Add({})),
         prefix_usage(prometheus::BuildGauge()
                          .Name("snapserve_prefix_cache_usage_ratio")
                          .Help("Share of the prefix cache's memory holding cached chunks")
@@ -156,6 +167,8 @@ struct Metrics::Families {
   prometheus::Counter& prompt_tokens;
   prometheus::Counter& prefix_hits;
   prometheus::Counter& prefix_hit_tokens;
+  prometheus::Counter& document_hits;
+  prometheus::Counter& document_hit_tokens;
   prometheus::Gauge& prefix_usage;
   prometheus::Family<prometheus::Counter>& kv_store_reads;
   prometheus::Counter& kv_store_writes;
@@ -212,7 +225,10 @@ void Metrics::RecordRequest(const RequestRecord& r) {
   if (r.ttft_s >= 0) f_->ttft.Observe(r.ttft_s);
   f_->prompt_tokens.Increment(static_cast<double>(r.prompt_tokens));
   f_->generated_tokens.Increment(static_cast<double>(r.completion_tokens));
-  if (r.cached_prompt_tokens > 0) {
+  if (r.document_cache_hit) {
+    f_->document_hits.Increment();
+    f_->document_hit_tokens.Increment(static_cast<double>(r.cached_prompt_tokens));
+  } else if (r.cached_prompt_tokens > 0) {
     f_->prefix_hits.Increment();
     f_->prefix_hit_tokens.Increment(static_cast<double>(r.cached_prompt_tokens));
   }

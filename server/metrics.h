@@ -32,7 +32,8 @@ struct RequestRecord {
   double queue_s = -1;  // < 0: never queued (rejected before the engine)
   double ttft_s = -1;   // < 0: no token produced
   int64_t prompt_tokens = 0;
-  int64_t cached_prompt_tokens = 0;  // of prompt_tokens, served by the prefix cache
+  int64_t cached_prompt_tokens = 0;  // of prompt_tokens, served by the prefix or document cache
+  bool document_cache_hit = false;   // by the document cache
   int64_t completion_tokens = 0;
   int64_t kv_entries_before = 0;  // per layer and KV head
   int64_t kv_entries_after = 0;

@@ -29,6 +29,7 @@ engine::GenerationRequest ToEngineRequest(const v1::GenerateRequest& r) {
       break;
   }
   e.split_special_tokens = r.split_special_tokens();
+  e.question = r.question();
   const auto& s = r.sampling();
   e.temperature = s.temperature();
   e.top_k = s.top_k();
@@ -139,6 +140,7 @@ v1::KvCompression::Method ToProto(engine::KvMethod method) {
 void FillUsage(const engine::Usage& u, v1::Usage* out) {
   out->set_prompt_tokens(u.prompt_tokens);
   out->set_cached_prompt_tokens(u.cached_prompt_tokens);
+  out->set_document_cache_hit(u.document_cache_hit);
   out->set_completion_tokens(u.completion_tokens);
   out->set_kv_prompt_entries(u.kv_prompt_entries);
   out->set_kv_kept_entries(u.kv_kept_entries);

@@ -43,6 +43,22 @@ std::string SetInt(Int& field, const std::string& v, int64_t lo, int64_t hi) {
   return "";
 }
 
+// A share of --kv-cache-memory, in [0, 0.9].
+std::string SetMemoryShare(double& field, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0 || x > 0.9)
+    return std::string("expected a share in [0, 0.9], got '") + Bounded(v) + "'";
+  field = x;
+  return "";
+}
+
+std::string ShareText(double share) {
+  std::ostringstream o;
+  o << share;
+  return o.str();
+}
+
 std::string SetChoice(std::string& field, const std::string& v,
                       std::initializer_list<const char*> choices) {
   std::string all;
@@ -276,18 +292,16 @@ const std::vector<FlagGroup>& FlagGroups() {
             "share of --kv-cache-memory that caches prompt prefixes' K/V across requests, in "
             "[0, 0.9] (0: off)",
             [](ServerConfig& c, const std::string& v) {
-              char* end = nullptr;
-              const double x = std::strtod(v.c_str(), &end);
-              if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0 || x > 0.9)
-                return std::string("expected a share in [0, 0.9], got '") + Bounded(v) + "'";
-              c.engine.prefix_cache_memory_share = x;
-              return std::string();
+              return SetMemoryShare(c.engine.prefix_cache_memory_share, v);
             },
-            [](const ServerConfig& c) {
-              std::ostringstream o;
-              o << c.engine.prefix_cache_memory_share;
-              return o.str();
-            }},
+            [](const ServerConfig& c) { return ShareText(c.engine.prefix_cache_memory_share); }},
+           {"document-cache-memory",
+            "share of --kv-cache-memory that keeps documents (requests with a question) "
+            "compressed for later questions, in [0, 0.9] (0: off)",
+            [](ServerConfig& c, const std::string& v) {
+              return SetMemoryShare(c.engine.document_cache_memory_share, v);
+            },
+            [](const ServerConfig& c) { return ShareText(c.engine.document_cache_memory_share); }},
            {"kv-store",
             "shared tier of the prefix cache: redis://host:port[/db] or rediss:// (TLS); "
             "needs --prefix-cache-memory (empty: off)",
@@ -486,6 +500,9 @@ std::string CheckConsistency(const ServerConfig& c) {
   if (c.engine.default_max_new_tokens > c.engine.max_new_tokens_limit)
     return "--default-max-new-tokens exceeds --max-new-tokens-limit";
   if (c.port != 0 && c.port == c.metrics_port) return "--port and --metrics-port must differ";
+  if (c.engine.prefix_cache_memory_share + c.engine.document_cache_memory_share > 0.9)
+    return "--prefix-cache-memory + --document-cache-memory must be at most 0.9 (the paged "
+           "cache needs the rest)";
   if (!c.engine.kv_store.url.empty() && c.engine.prefix_cache_memory_share <= 0)
     return "--kv-store needs --prefix-cache-memory above 0";
   if (c.http_port != 0 && (c.http_port == c.port || c.http_port == c.metrics_port))

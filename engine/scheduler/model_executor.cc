@@ -40,11 +40,39 @@ class PrefixCapturingStore final : public model::KvStore {
   kv::PrefixCache* prefix_;
 };
 
+// Every compression setting a document's kept entries depend on: a cached
+// document serves only a request whose settings give the same string.
+std::string DocumentSettings(const engine::KvCompressionConfig& c) {
+  return std::string(engine::kv_method_name(c.method)) + "|C=" + std::to_string(c.capacity) +
+         "|w=" + std::to_string(c.window) + "|k=" + std::to_string(c.kernel_size) +
+         "|pool=" + engine::kv_pooling_name(c.pooling) + "|sinks=" + std::to_string(c.sink_tokens) +
+         "|alpha=" + std::to_string(c.adakv_alpha) + "|beta=" + std::to_string(c.pyramid_beta) +
+         "|group=" + std::to_string(static_cast<int>(c.group_reduce));
+}
+
+// `inner` (null: keep everything), also copying what it keeps of each layer
+// into `doc`.
+kv::KvSelector CapturingKept(kv::KvSelector inner, std::shared_ptr<kv::CompressedDocument> doc) {
+  return [inner = std::move(inner), doc = std::move(doc)](
+             int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    kv::KeptKv kept = inner ? inner(layer, q, k, v) : kv::KeptKv{k, v, {}};
+    doc->layers[static_cast<size_t>(layer)] = {kept.k.clone(at::MemoryFormat::Contiguous),
+                                               kept.v.clone(at::MemoryFormat::Contiguous),
+                                               kept.head_lengths};
+    return kept;
+  };
+}
+
 }  // namespace
 
 ModelExecutor::ModelExecutor(model::LlamaModel& model, kv::PagedKvCache& cache,
-                             kv::PrefixCache* prefix, kv::SharedKvTier* tier)
-    : model_(model), cache_(cache), prefix_(prefix), tier_(prefix != nullptr ? tier : nullptr) {}
+                             kv::PrefixCache* prefix, kv::SharedKvTier* tier,
+                             kv::DocumentCache* documents)
+    : model_(model),
+      cache_(cache),
+      prefix_(prefix),
+      tier_(prefix != nullptr ? tier : nullptr),
+      documents_(documents) {}
 
 bool ModelExecutor::BeginFetch(Sequence& seq) {
   if (tier_ == nullptr) return false;
@@ -150,7 +178,41 @@ void ModelExecutor::StartFromCachedPrefix(Sequence& seq, int64_t query_rows) {
   seq.cached_prompt_tokens = st.done;
 }
 
+Status ModelExecutor::RestoreDocument(Sequence& seq,
+                                      std::shared_ptr<const kv::CompressedDocument> doc) {
+  // The cached kept entries go in through the prefill path, as the request
+  // that stored them wrote its own: a selector that hands them over.
+  const Status added = cache_.AddSequence(
+      seq.id, seq.reserve_blocks,
+      [doc](int64_t layer, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+        return doc->layers[static_cast<size_t>(layer)];
+      });
+  if (!added.ok()) return Status::Internal("KV reservation failed: " + added.message());
+  try {
+    c10::InferenceMode inference;
+    const at::Tensor unused;
+    for (int64_t l = 0; l < cache_.config().num_layers; ++l) {
+      cache_.StorePrefillLayer(seq.id, l, unused, unused, unused);
+    }
+    cache_.SetSelector(seq.id, nullptr);
+  } catch (const std::exception& e) {
+    cache_.RemoveSequence(seq.id);
+    return Status::Internal(std::string("document restore failed: ") + e.what());
+  }
+  seq.cached_prompt_tokens = static_cast<int64_t>(seq.prompt.size());
+  seq.kept_entries_total = cache_.total_entries(seq.id);
+  seq.kv_bytes_held = cache_.bytes_held(seq.id);
+  seq.kv_lanes = cache_.config().num_layers * cache_.config().num_kv_heads;
+  seq.cached_document = std::move(doc);
+  return Status::Ok();
+}
+
 Status ModelExecutor::Admit(Sequence& seq) {
+  const bool document = documents_ != nullptr && !seq.question.empty();
+  if (document) {
+    auto doc = documents_->Lookup(seq.prompt, DocumentSettings(seq.compression));
+    if (doc != nullptr) return RestoreDocument(seq, std::move(doc));
+  }
   const int64_t n = static_cast<int64_t>(seq.prompt.size());
   kv::KvSelector selector;
   int64_t query_rows = 0;  // SnapKV's observation window needs the last w queries
@@ -183,6 +245,14 @@ Status ModelExecutor::Admit(Sequence& seq) {
             : compress::MakeSnapKvSelector(seq.compression, seq.snapkv_timer,
                                            seq.retained_attention, layer_capacities);
     query_rows = seq.compression.window;
+  }
+  if (document) {
+    seq.captured_document = std::make_shared<kv::CompressedDocument>();
+    seq.captured_document->tokens = seq.prompt;
+    seq.captured_document->settings = DocumentSettings(seq.compression);
+    seq.captured_document->layers.resize(static_cast<size_t>(cache_.config().num_layers));
+    seq.captured_document->compressed = seq.retained_attention != nullptr;
+    selector = CapturingKept(std::move(selector), seq.captured_document);
   }
   const Status added = cache_.AddSequence(seq.id, seq.reserve_blocks, selector);
   // Admission checked the blocks, so a failure here is an engine fault.
@@ -236,6 +306,12 @@ void ModelExecutor::Decode(const std::vector<Sequence*>& decode, StepResult& res
     // Empty unless some row asked (then one entry per row).
     const auto logprobs = sampling::BatchLogprobs(logits, samplers, sampled);
     for (size_t b = 0; b < decode.size(); ++b) {
+      Sequence& seq = *decode[b];
+      if (!seq.question.empty() && seq.generated == 0 && seq.question_fed == seq.question.size()) {
+        // The question's last token is in: what the request holds now.
+        seq.kept_entries_total = cache_.total_entries(seq.id);
+        seq.kv_bytes_held = cache_.bytes_held(seq.id);
+      }
       result.outcomes.push_back(
           {decode[b], sampled[b], Status::Ok(), logprobs.empty() ? std::nullopt : logprobs[b]});
     }
@@ -262,7 +338,8 @@ StepOutcome ModelExecutor::Prefill(const ChunkWork& chunk) {
       if (prefix_ != nullptr) {
         piece = std::min(left, prefix_->chunk_tokens() - st.done % prefix_->chunk_tokens());
       }
-      if (prefix_ != nullptr && st.done + piece >= st.n()) {
+      // A document is kept compressed in the document cache instead.
+      if (prefix_ != nullptr && seq.captured_document == nullptr && st.done + piece >= st.n()) {
         prefix_->BeginInsert(seq.id, seq.prompt, seq.prefix_hashes);
       }
       h = model_.ContinuePrompt(st, store, piece);
@@ -270,11 +347,23 @@ StepOutcome ModelExecutor::Prefill(const ChunkWork& chunk) {
     }
     if (!st.finished()) return {&seq, std::nullopt, Status::Ok(), std::nullopt};
     if (prefix_ != nullptr) WriteBack(seq, prefix_->CommitInsert(seq.id));
-    const at::Tensor logits = model_.Logits(h.narrow(0, h.size(0) - 1, 1));  // [1, vocab]
     seq.prompt_state.reset();
     seq.kept_entries_total = cache_.total_entries(seq.id);
     seq.kv_bytes_held = cache_.bytes_held(seq.id);
     seq.kv_lanes = cache_.config().num_layers * cache_.config().num_kv_heads;
+    if (seq.captured_document != nullptr) {
+      if (seq.retained_attention) {
+        seq.captured_document->retained_attention = seq.retained_attention->Mean();
+      }
+      documents_->Insert(std::move(*seq.captured_document));
+      seq.captured_document.reset();
+    }
+    if (!seq.question.empty()) {
+      // Nothing is sampled after a document: its question comes next, and a
+      // sampler's random state must advance as on a document cache hit.
+      return {&seq, seq.question.front(), Status::Ok(), std::nullopt};
+    }
+    const at::Tensor logits = model_.Logits(h.narrow(0, h.size(0) - 1, 1));  // [1, vocab]
     sampling::Sampler* samplers[] = {seq.sampler.get()};
     const int32_t token = sampling::SampleBatch(logits, samplers)[0];
     const int32_t sampled[] = {token};

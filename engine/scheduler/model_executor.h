@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/common/status.h"
+#include "engine/kv/document_cache.h"
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/kv/store/shared_kv_tier.h"
@@ -26,13 +27,18 @@ class ModelExecutor final : public StepExecutor {
   // a prompt runs in are cut on the prefix cache's chunk grid.
   // `tier` (may be null: no shared tier; needs `prefix`) is where chunks
   // missing locally are looked up and chunks computed here are written.
+  // `documents` (may be null: no document cache) keeps documents' kept
+  // entries for later questions (document_cache.h).
   ModelExecutor(model::LlamaModel& model, kv::PagedKvCache& cache,
-                kv::PrefixCache* prefix = nullptr, kv::SharedKvTier* tier = nullptr);
+                kv::PrefixCache* prefix = nullptr, kv::SharedKvTier* tier = nullptr,
+                kv::DocumentCache* documents = nullptr);
 
   // Reserves the admitted sequence's blocks, installs its compression selector and
   // begins its prompt, from after its longest cached prefix when there is a
-  // prefix cache (seq.cached_prompt_tokens). Not OK (INTERNAL) when the
-  // reservation that admission checked fails after all.
+  // prefix cache (seq.cached_prompt_tokens). A document found in the document
+  // cache is restored into its lanes instead, and no prompt is begun
+  // (seq.prompt_state stays empty). Not OK (INTERNAL) when the reservation
+  // that admission checked fails after all.
   Status Admit(Sequence& seq) override;
   // Frees whatever `seq` holds: its blocks and its prompt state.
   void Release(Sequence& seq) override;
@@ -65,11 +71,14 @@ class ModelExecutor final : public StepExecutor {
   // indices) for writing to the shared tier; copies their K/V, as the
   // entries may be evicted before the writer gets to them.
   void WriteBack(const Sequence& seq, const std::vector<int64_t>& chunks);
+  // Fills `seq`'s lanes with a cached document's kept entries.
+  Status RestoreDocument(Sequence& seq, std::shared_ptr<const kv::CompressedDocument> doc);
 
   model::LlamaModel& model_;
   kv::PagedKvCache& cache_;
   kv::PrefixCache* prefix_;
   kv::SharedKvTier* tier_;
+  kv::DocumentCache* documents_;
 };
 
 }  // namespace snapserve::scheduler

@@ -94,21 +94,24 @@ void OutputProcessor::Finish(Sequence& seq, const Ending& ending) {
   const Clock::time_point now = Clock::now();
   const engine::FinishReason reason = ending.reason;
   engine::Usage u;
-  u.prompt_tokens = static_cast<uint32_t>(seq.prompt.size());
+  // A document's question counts as prompt: the model read it before answering.
+  const size_t prompt_tokens = seq.prompt.size() + seq.question.size();
+  u.prompt_tokens = static_cast<uint32_t>(prompt_tokens);
   u.cached_prompt_tokens = static_cast<uint32_t>(seq.cached_prompt_tokens);
+  u.document_cache_hit = seq.cached_document != nullptr;
   // EOS and stop tokens are generated but not returned; count what was returned.
   const bool stop_token =
       reason == engine::FinishReason::kEos || reason == engine::FinishReason::kStopToken;
   u.completion_tokens = static_cast<uint32_t>(seq.generated - (ending.status.ok() && stop_token));
-  u.kv_prompt_entries = static_cast<uint32_t>(seq.prompt.size());
+  u.kv_prompt_entries = static_cast<uint32_t>(prompt_tokens);
   // kv_kept_entries: the mean per (layer, KV head) lane, rounded down.
   u.kv_kept_entries_total = static_cast<uint64_t>(seq.kept_entries_total);
   u.kv_bytes_held = static_cast<uint64_t>(seq.kv_bytes_held);
   if (seq.kept_entries_total > 0 && seq.kv_lanes > 0) {
     u.kv_kept_entries = static_cast<uint32_t>(seq.kept_entries_total / seq.kv_lanes);
-    u.compression_ratio = static_cast<float>(static_cast<double>(seq.prompt.size()) *
-                                             static_cast<double>(seq.kv_lanes) /
-                                             static_cast<double>(seq.kept_entries_total));
+    u.compression_ratio =
+        static_cast<float>(static_cast<double>(prompt_tokens) * static_cast<double>(seq.kv_lanes) /
+                           static_cast<double>(seq.kept_entries_total));
   } else {
     u.compression_ratio = 1.f;
   }
@@ -121,6 +124,10 @@ void OutputProcessor::Finish(Sequence& seq, const Ending& ending) {
   if (seq.retained_attention) {
     u.kv_method = seq.compression.method;
     u.retained_attention = seq.retained_attention->Mean();
+  } else if (seq.cached_document != nullptr && seq.cached_document->compressed) {
+    // Restored from the document cache: what the request that stored it measured.
+    u.kv_method = seq.compression.method;
+    u.retained_attention = seq.cached_document->retained_attention;
   }
   u.phases = Phases(seq, now);
   seq.sink->OnFinish(ending.status, reason, u);

@@ -225,6 +225,15 @@ void Scheduler::Admit(int64_t id) {
     Finish(std::move(seq), {admitted, {}});
     return;
   }
+  if (!seq->prompt_state.has_value()) {
+    // A document restored from the document cache: no prompt left to run,
+    // its question goes next.
+    seq->next_position = static_cast<int64_t>(seq->prompt.size());
+    seq->next_token = seq->question[seq->question_fed++];
+    seq->decoding = true;
+    decoding_.push_back(std::move(seq));
+    return;
+  }
   prefilling_.push_back(std::move(seq));
 }
 
@@ -245,9 +254,13 @@ void Scheduler::RunStep(const StepPlan& plan) {
   const Clock::time_point now = Clock::now();
   for (const StepOutcome& o : result.outcomes) {
     Sequence& seq = *o.seq;
-    const bool was_decoding = seq.generated > 0;  // a prompt's first token comes now
+    const bool was_decoding = seq.decoding;  // else a prompt's last chunk ran now
     auto take = [&] {
       return was_decoding ? TakeById(decoding_, seq.id) : TakeById(prefilling_, seq.id);
+    };
+    auto start_decoding = [&] {
+      seq.decoding = true;
+      decoding_.push_back(take());
     };
     if (!o.error.ok()) {
       Finish(take(), {o.error, {}});
@@ -259,11 +272,18 @@ void Scheduler::RunStep(const StepPlan& plan) {
     } else {
       seq.next_position = static_cast<int64_t>(seq.prompt.size());
     }
+    if (seq.question_fed < seq.question.size()) {
+      // A document's question is still being read: the model's pick is not
+      // output, the question's next token is its next input.
+      seq.next_token = seq.question[seq.question_fed++];
+      if (!was_decoding) start_decoding();
+      continue;
+    }
     const std::optional<Ending> ending = output_.OnToken(seq, *o.token, o.logprobs, now);
     if (ending.has_value()) {
       Finish(take(), *ending);
     } else if (!was_decoding) {
-      decoding_.push_back(take());
+      start_decoding();
     }
   }
 }

@@ -12,6 +12,7 @@
 
 #include "engine/compress/snapkv_policy.h"
 #include "engine/compress/snapkv_selector.h"
+#include "engine/kv/document_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/result_sink.h"
 #include "engine/sampling/sampler.h"
@@ -26,6 +27,11 @@ struct Sequence {
   int64_t id = 0;  // the KV cache's sequence id, unique per engine
   std::string request_id;
   std::vector<int32_t> prompt;
+  // A document request (docs/api.md, "Documents and questions"): `prompt` is
+  // the document, prefilled and compressed alone; the question's tokens then
+  // run one per decode step, their outputs unused, before the first token.
+  std::vector<int32_t> question;
+  size_t question_fed = 0;  // question tokens given to the model so far
   engine::KvCompressionConfig compression;
   int64_t max_new_tokens = 0;
   int64_t reserve_blocks = 0;  // KV blocks reserved at admission
@@ -69,6 +75,11 @@ struct Sequence {
   // (StepExecutor::BeginFetch): not admitted until it ends or fetch_deadline.
   bool fetching = false;
   Clock::time_point fetch_deadline;
+  // The document's kept entries, captured during its prefill for the
+  // document cache; and the cache entry a hit restored instead.
+  std::shared_ptr<kv::CompressedDocument> captured_document;
+  std::shared_ptr<const kv::CompressedDocument> cached_document;
+  bool decoding = false;  // in the decode list (feeding its question or generating)
   bool cancelled = false;
 };
 

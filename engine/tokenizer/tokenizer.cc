@@ -104,6 +104,51 @@ StatusOr<std::vector<int32_t>> Tokenizer::EncodeChat(const std::vector<ChatMessa
   return Encode(text, /*add_special_tokens=*/false);
 }
 
+StatusOr<Tokenizer::DocumentAndQuestion> Tokenizer::EncodeChatDocument(
+    const std::vector<ChatMessage>& messages, std::string_view question) const {
+  if (chat_template_ == nullptr) return chat_template_error_;
+  if (messages.empty() || messages.back().role != "user") {
+    return Status::InvalidArgument("with a question the last message must be the user's document");
+  }
+  // The template renders the document with a marker after it, and the
+  // rendering is cut there: what a template writes around the content is
+  // the same whatever the content ends with.
+  constexpr std::string_view kMarker = "\x1f\x1esnapserve-question\x1e\x1f";
+  std::vector<ChatMessage> marked = messages;
+  for (const ChatMessage& m : marked) {
+    if (m.content.find(kMarker) != std::string::npos) {
+      return Status::InvalidArgument("a message holds the control characters 1F 1E");
+    }
+  }
+  marked.back().content += kMarker;
+  SNAPSERVE_ASSIGN_OR_RETURN(const SegmentedText text, chat_template_->Render(marked, true));
+  SegmentedText document, rest;
+  bool cut = false;
+  for (const SegmentedText::Segment& s : text.segments()) {
+    const size_t at = s.parse_special_tokens ? std::string::npos : s.text.find(kMarker);
+    auto add = [](SegmentedText& t, const SegmentedText::Segment& seg, std::string_view part) {
+      if (seg.parse_special_tokens) {
+        t.AddMarkup(part);
+      } else {
+        t.AddUserText(part);
+      }
+    };
+    if (cut) {
+      add(rest, s, s.text);
+    } else if (at == std::string::npos) {
+      add(document, s, s.text);
+    } else {
+      document.AddUserText(std::string_view(s.text).substr(0, at));
+      rest.AddUserText(question);
+      rest.AddUserText(std::string_view(s.text).substr(at + kMarker.size()));
+      cut = true;
+    }
+  }
+  if (!cut) return Status::Internal("the chat template dropped the document's end marker");
+  return DocumentAndQuestion{Encode(document, /*add_special_tokens=*/false),
+                             Encode(rest, /*add_special_tokens=*/false)};
+}
+
 bool Tokenizer::IsSpecial(int32_t id) const {
   return id >= 0 && id < vocab_size() && special_[static_cast<size_t>(id)];
 }

@@ -66,6 +66,17 @@ class Tokenizer {
   // where the model wants one).
   StatusOr<std::vector<int32_t>> EncodeChat(const std::vector<ChatMessage>& messages,
                                             bool add_generation_prompt) const;
+  // A chat whose last message (a user's) is a document followed by
+  // `question` (docs/api.md, "Documents and questions"): the ids of the
+  // rendered chat up to the end of that message's content, and the ids of
+  // the question with the rest of the rendering (the end of the turn, the
+  // generation prompt). Both are plain text in the message's place.
+  struct DocumentAndQuestion {
+    std::vector<int32_t> document;
+    std::vector<int32_t> question;
+  };
+  StatusOr<DocumentAndQuestion> EncodeChatDocument(const std::vector<ChatMessage>& messages,
+                                                   std::string_view question) const;
 
   int32_t vocab_size() const { return model_->size(); }
   int32_t bos_id() const { return bos_id_; }  // -1 when the model has none

@@ -1,14 +1,14 @@
-// The AVX-512 exps of the prompt attention's softmax (kernels/exp_avx512.h)
+// The AVX-512 exps of the prompt attention's softmax (kernels/cpu/x86/exp_avx512.h)
 // against libm's double-precision exp and exp2, over the range the softmax feeds them
 // (scores minus their shift: far below 0 up to the headroom, 8) and beyond.
-#include "kernels/exp_avx512.h"
+#include "kernels/cpu/x86/exp_avx512.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {

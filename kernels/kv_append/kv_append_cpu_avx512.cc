@@ -7,13 +7,14 @@
 
 #if defined(__x86_64__)
 #include "kernels/cpu/x86/avx512_intrinsics.h"
+#include "kernels/cpu/x86/isa_target.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
 
 // One group of 16 values with its scale and reciprocal already known.
-__attribute__((target("avx512f"))) void quantize_group(__m512 v, __m512 inv, int8_t* q) {
+SNAPSERVE_TARGET_AVX512F void quantize_group(__m512 v, __m512 inv, int8_t* q) {
   __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
   r = _mm512_min_epi32(_mm512_max_epi32(r, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(r));
@@ -24,8 +25,7 @@ __attribute__((target("avx512f"))) void quantize_group(__m512 v, __m512 inv, int
 // was most of the row's time: 1.9 % of a 2,048-token prefill into an int8
 // cache), their scales and reciprocals by one division each, lane for lane
 // the portable arithmetic.
-__attribute__((target("avx512f"))) void quantize_four_groups(const float* x, int8_t* q,
-                                                             float* scales) {
+SNAPSERVE_TARGET_AVX512F void quantize_four_groups(const float* x, int8_t* q, float* scales) {
   __m512 v[4], a[4];
   for (int g = 0; g < 4; ++g) {
     v[g] = _mm512_loadu_ps(x + g * kKvInt8Group);
@@ -54,8 +54,8 @@ __attribute__((target("avx512f"))) void quantize_four_groups(const float* x, int
 
 }  // namespace
 
-__attribute__((target("avx512f"))) bool quantize_kv_row_avx512(const float* x, int64_t d, int8_t* q,
-                                                               float* scales) {
+SNAPSERVE_TARGET_AVX512F bool quantize_kv_row_avx512(const float* x, int64_t d, int8_t* q,
+                                                     float* scales) {
   const int64_t groups = d / kKvInt8Group;
   int64_t g = 0;
   for (; g + 4 <= groups; g += 4) {

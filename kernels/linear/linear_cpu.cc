@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/parallel_team.h"
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/cpu/x86/simd_sums.h"
 #include "kernels/linear/linear.h"
 #include "kernels/linear/linear_cpu_tiles.h"
@@ -76,12 +77,11 @@ void widen_rows_portable(const uint16_t* src, int64_t count, float* dst) {
 
 // ---- AVX2 + FMA path -----------------------------------------------------
 #if defined(__x86_64__)
-#define SNAPSERVE_AVX2 __attribute__((target("avx2,fma")))
 
 // The portable lane_sum's tree, on a register.
-SNAPSERVE_AVX2 inline float lane_sum(__m256 v) { return simd::lane_sum_avx2(v); }
+SNAPSERVE_TARGET_AVX2_FMA inline float lane_sum(__m256 v) { return simd::lane_sum_avx2(v); }
 
-SNAPSERVE_AVX2 void widen_rows_avx2(const uint16_t* src, int64_t count, float* dst) {
+SNAPSERVE_TARGET_AVX2_FMA void widen_rows_avx2(const uint16_t* src, int64_t count, float* dst) {
   int64_t j = 0;
   for (; j + kLanes <= count; j += kLanes) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j));
@@ -90,7 +90,8 @@ SNAPSERVE_AVX2 void widen_rows_avx2(const uint16_t* src, int64_t count, float* d
   for (; j < count; ++j) dst[j] = widen(src[j]);
 }
 
-SNAPSERVE_AVX2 void tile_avx2(const Problem& p, const float* const* wr, int64_t rows, int64_t n0) {
+SNAPSERVE_TARGET_AVX2_FMA void tile_avx2(const Problem& p, const float* const* wr, int64_t rows,
+                                         int64_t n0) {
   const int64_t k = p.k, k8 = k - k % kLanes;
   int64_t i = 0;
   if (rows == kTile) {

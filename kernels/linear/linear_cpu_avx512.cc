@@ -12,6 +12,7 @@
 
 #if defined(__x86_64__)
 #include "kernels/cpu/x86/avx512_intrinsics.h"
+#include "kernels/cpu/x86/isa_target.h"
 
 // After avx512_intrinsics.h, whose pragmas cover its shuffles.
 #include "kernels/cpu/x86/simd_sums.h"
@@ -19,8 +20,6 @@
 namespace snapserve::kernels::cpu {
 
 namespace {
-
-#define SNAPSERVE_AVX512 __attribute__((target("avx512f,avx2,fma")))
 
 constexpr int64_t kLanes = 16;
 // Prefetch into L2 (locality 2, prefetcht1), not L1: the x rows of a
@@ -33,8 +32,8 @@ constexpr int kPrefetchLocality = 2;
 // K (a 16-float step is one 64-byte line), so those rows arrive from DRAM
 // while earlier tiles compute.
 template <int MX, int NW>
-SNAPSERVE_AVX512 void block(const Problem& p, const float* const* wr, int64_t i0, int64_t n0,
-                            const float* const* next, int next_rows) {
+SNAPSERVE_TARGET_AVX512F_AVX2_FMA void block(const Problem& p, const float* const* wr, int64_t i0,
+                                             int64_t n0, const float* const* next, int next_rows) {
   const int64_t k = p.k, k16 = k - k % kLanes;
   const float* x = p.x + i0 * k;
   __m512 acc[MX][NW];

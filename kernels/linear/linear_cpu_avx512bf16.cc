@@ -18,6 +18,7 @@
 
 #if defined(__x86_64__)
 #include "kernels/cpu/x86/avx512_intrinsics.h"
+#include "kernels/cpu/x86/isa_target.h"
 
 // After avx512_intrinsics.h, whose pragmas cover its shuffles.
 #include "kernels/cpu/x86/simd_sums.h"
@@ -26,19 +27,17 @@ namespace snapserve::kernels::cpu {
 
 namespace {
 
-#define SNAPSERVE_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
-
 constexpr int64_t kStep = 32;  // bfloat16 elements per vdpbf16ps (one 64-byte line)
 // As the float32 tile: prefetch later weight rows into L2 (linear_cpu_avx512.cc).
 constexpr int kPrefetchLocality = 2;
 
-SNAPSERVE_BF16 inline __m512bh load_pairs(const uint16_t* p) {
+SNAPSERVE_TARGET_AVX512BF16_AVX2_FMA inline __m512bh load_pairs(const uint16_t* p) {
   return __builtin_bit_cast(__m512bh, _mm512_loadu_si512(p));
 }
 
 // The first `count` (< 32) elements at p, the rest zero: a zero element adds
 // an exact zero product to its lane.
-SNAPSERVE_BF16 inline __m512bh load_tail(const uint16_t* p, int64_t count) {
+SNAPSERVE_TARGET_AVX512BF16_AVX2_FMA inline __m512bh load_tail(const uint16_t* p, int64_t count) {
   const __mmask32 mask = (__mmask32{1} << count) - 1;
   return __builtin_bit_cast(__m512bh, _mm512_maskz_loadu_epi16(mask, p));
 }
@@ -46,8 +45,9 @@ SNAPSERVE_BF16 inline __m512bh load_tail(const uint16_t* p, int64_t count) {
 // x rows i0 .. i0 + MX - 1 against weight rows wr[0 .. NW); `next_rows` rows
 // of `next` prefetched one line per step.
 template <int MX, int NW>
-SNAPSERVE_BF16 void block(const Bf16Problem& p, const uint16_t* const* wr, int64_t i0, int64_t n0,
-                          const uint16_t* const* next, int next_rows) {
+SNAPSERVE_TARGET_AVX512BF16_AVX2_FMA void block(const Bf16Problem& p, const uint16_t* const* wr,
+                                                int64_t i0, int64_t n0, const uint16_t* const* next,
+                                                int next_rows) {
   const int64_t k = p.k, k32 = k - k % kStep;
   const uint16_t* x = p.x + i0 * k;
   __m512 acc[MX][NW];
@@ -114,7 +114,9 @@ void tile_avx512bf16(const Bf16Problem& p, const uint16_t* const* wr, int64_t ro
                  });
 }
 
-SNAPSERVE_BF16 void round_rows_to_bf16_avx512bf16(const float* x, int64_t count, uint16_t* dst) {
+SNAPSERVE_TARGET_AVX512BF16_AVX2_FMA void round_rows_to_bf16_avx512bf16(const float* x,
+                                                                        int64_t count,
+                                                                        uint16_t* dst) {
   int64_t i = 0;
   for (; i + 16 <= count; i += 16) {
     const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));

@@ -22,31 +22,30 @@
 
 #include <cstring>
 
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/cpu/x86/simd_sums.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
 
-#define SNAPSERVE_FUSED __attribute__((target("avx2,fma,f16c")))
-
 constexpr int64_t kBlock = 32;
 
-SNAPSERVE_FUSED inline float half_at(const uint8_t* p) {
+SNAPSERVE_TARGET_AVX2_FMA_F16C inline float half_at(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
   return _cvtsh_ss(bits);  // exact, as every half -> float conversion
 }
 
 // 8 bytes at p as 32-bit lanes.
-SNAPSERVE_FUSED inline __m256i unsigned8(const uint8_t* p) {
+SNAPSERVE_TARGET_AVX2_FMA_F16C inline __m256i unsigned8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
 // The 32 weights of one block as four vectors of elements 8g .. 8g + 7, with
 // the decoder's arithmetic (quant_blocks_cpu_avx2_nocontract.cc).
 template <QuantType kType>
-SNAPSERVE_FUSED inline void block_values(const uint8_t* b, __m256 v[4]) {
+SNAPSERVE_TARGET_AVX2_FMA_F16C inline void block_values(const uint8_t* b, __m256 v[4]) {
   if constexpr (kType == QuantType::kQ8_0) {
     const __m256 d = _mm256_set1_ps(half_at(b));
 #pragma GCC unroll 4
@@ -77,8 +76,9 @@ SNAPSERVE_FUSED inline void block_values(const uint8_t* b, __m256 v[4]) {
 // kRows weight rows from `wr` against x rows xa (and xb when kPair); the
 // sizes are template arguments so the accumulators stay in registers.
 template <QuantType kType, int kRows, bool kPair>
-SNAPSERVE_FUSED inline void rows_dot(const uint8_t* const* wr, int64_t blocks, const float* xa,
-                                     const float* xb, float* oa, float* ob) {
+SNAPSERVE_TARGET_AVX2_FMA_F16C inline void rows_dot(const uint8_t* const* wr, int64_t blocks,
+                                                    const float* xa, const float* xb, float* oa,
+                                                    float* ob) {
   constexpr int64_t kBytes = kType == QuantType::kQ8_0 ? 34 : (kType == QuantType::kQ4_1 ? 20 : 18);
   __m256 a[kRows], c[kRows];
 #pragma GCC unroll 4
@@ -105,7 +105,8 @@ SNAPSERVE_FUSED inline void rows_dot(const uint8_t* const* wr, int64_t blocks, c
 }
 
 template <QuantType kType>
-SNAPSERVE_FUSED void tile(const Problem& p, const QuantMatrix& w, int64_t n0, int64_t rows) {
+SNAPSERVE_TARGET_AVX2_FMA_F16C void tile(const Problem& p, const QuantMatrix& w, int64_t n0,
+                                         int64_t rows) {
   const int64_t blocks = p.k / kBlock;
   const uint8_t* wr[kTile] = {};
   for (int64_t r = 0; r < rows; ++r) wr[r] = w.row(n0 + r);

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/cpu/x86/simd_sums.h"
 #include "kernels/paged_attention/paged_attention_cpu_rows.h"
 #include "kernels/paged_attention/paged_attention_cpu_softmax.h"
@@ -28,12 +29,11 @@ namespace snapserve::kernels::cpu {
 
 namespace {
 
-#define SNAPSERVE_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 // scores[t] = q · k[t] for t < n (up to 7 more slots written, not meaningful).
 template <typename Rows, typename E = typename Rows::Element>
-SNAPSERVE_AVX2 void block_scores(const float* q, const E* k, int64_t n, int64_t head_dim,
-                                 float* scores, SpreadPrefetch& pf) {
+SNAPSERVE_TARGET_AVX2_FMA_F16C void block_scores(const float* q, const E* k, int64_t n,
+                                                 int64_t head_dim, float* scores,
+                                                 SpreadPrefetch& pf) {
   for (int64_t t0 = 0; t0 < n; t0 += 8) {
     const E* rows[8];
     // Past the block's end a row repeats the last entry (no read beyond it).
@@ -54,8 +54,9 @@ SNAPSERVE_AVX2 void block_scores(const float* q, const E* k, int64_t n, int64_t 
 // acc[0 .. 8R) = acc * rescale + Σ_t p[t] · v[t][0 .. 8R), accumulators in
 // registers over the whole block.
 template <int R, typename Rows, typename E = typename Rows::Element>
-SNAPSERVE_AVX2 void accumulate_values(float* acc, float rescale, const float* p, const E* v,
-                                      int64_t n, int64_t head_dim, SpreadPrefetch& pf) {
+SNAPSERVE_TARGET_AVX2_FMA_F16C void accumulate_values(float* acc, float rescale, const float* p,
+                                                      const E* v, int64_t n, int64_t head_dim,
+                                                      SpreadPrefetch& pf) {
   __m256 a[R];
   const __m256 vr = _mm256_set1_ps(rescale);
 #pragma GCC unroll 8
@@ -74,8 +75,9 @@ SNAPSERVE_AVX2 void accumulate_values(float* acc, float rescale, const float* p,
 }
 
 template <typename Rows, typename E = typename Rows::Element>
-SNAPSERVE_AVX2 void accumulate_all_values(float* acc, float rescale, const float* p, const E* v,
-                                          int64_t n, int64_t head_dim, SpreadPrefetch& pf) {
+SNAPSERVE_TARGET_AVX2_FMA_F16C void accumulate_all_values(float* acc, float rescale, const float* p,
+                                                          const E* v, int64_t n, int64_t head_dim,
+                                                          SpreadPrefetch& pf) {
   int64_t d = 0;
   for (; d + 64 <= head_dim; d += 64) {
     accumulate_values<8, Rows>(acc + d, rescale, p, v + d, n, head_dim, pf);
@@ -98,8 +100,9 @@ SNAPSERVE_AVX2 void accumulate_all_values(float* acc, float rescale, const float
 // The block step over rows of any element type; next_k / next_v: the next
 // block's rows to prefetch (n of them: a block with a successor is full).
 template <typename Rows, typename E = typename Rows::Element>
-SNAPSERVE_AVX2 void fold_rows(const HeadGroup& hg, const E* k, const E* v, int64_t n, float* scores,
-                              const E* next_k, const E* next_v) {
+SNAPSERVE_TARGET_AVX2_FMA_F16C void fold_rows(const HeadGroup& hg, const E* k, const E* v,
+                                              int64_t n, float* scores, const E* next_k,
+                                              const E* next_v) {
   const int64_t D = hg.head_dim;
   constexpr int64_t kSize = sizeof(E);
   // The first head's passes prefetch the next block.

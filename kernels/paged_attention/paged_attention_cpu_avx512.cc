@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/cpu/x86/simd_sums.h"
 #include "kernels/paged_attention/paged_attention_cpu_rows.h"
 #include "kernels/paged_attention/paged_attention_cpu_softmax.h"
@@ -24,16 +25,14 @@ namespace snapserve::kernels::cpu {
 
 namespace {
 
-#define SNAPSERVE_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-
 constexpr int64_t kEntries = 4;  // entries scored at once: 4 · G <= 16 accumulators
 
 // scores[h · stride + t] = q_h · k[t] for every head h < G and t < n (up to
 // three more slots per head written, not meaningful).
 template <typename Rows, int G, typename E = typename Rows::Element>
-SNAPSERVE_AVX512 void group_scores(const Rows& kr, const float* q, const E* k, int64_t n,
-                                   int64_t head_dim, float* scores, int64_t stride,
-                                   SpreadPrefetch& pf) {
+SNAPSERVE_TARGET_AVX512F_AVX2_FMA_F16C void group_scores(const Rows& kr, const float* q, const E* k,
+                                                         int64_t n, int64_t head_dim, float* scores,
+                                                         int64_t stride, SpreadPrefetch& pf) {
   for (int64_t t0 = 0; t0 < n; t0 += kEntries) {
     const E* rows[kEntries];
     // Past the block's end a row repeats the last entry (no read beyond it).
@@ -68,9 +67,10 @@ SNAPSERVE_AVX512 void group_scores(const Rows& kr, const float* q, const E* k, i
 // acc_h[0 .. 64) = acc_h · rescale_h + Σ_t p_h[t] · v[t][0 .. 64) for every
 // head h < G: 4 · G accumulators in registers over the whole block.
 template <typename Rows, int G, typename E = typename Rows::Element>
-SNAPSERVE_AVX512 void group_values(const Rows& vr, const HeadGroup& hg, int64_t d0,
-                                   const float* rescale, const float* p, int64_t stride, const E* v,
-                                   int64_t n, SpreadPrefetch& pf) {
+SNAPSERVE_TARGET_AVX512F_AVX2_FMA_F16C void group_values(const Rows& vr, const HeadGroup& hg,
+                                                         int64_t d0, const float* rescale,
+                                                         const float* p, int64_t stride, const E* v,
+                                                         int64_t n, SpreadPrefetch& pf) {
   const int64_t D = hg.head_dim;
   __m512 a[G][4];
 #pragma GCC unroll 4
@@ -103,9 +103,10 @@ SNAPSERVE_AVX512 void group_values(const Rows& vr, const HeadGroup& hg, int64_t 
 
 // kr, vr: how K's and V's rows of this block load (Rows, paged_attention_cpu_rows.h).
 template <typename Rows, int G, typename E = typename Rows::Element>
-SNAPSERVE_AVX512 void fold_group(const Rows& kr, const Rows& vr, const HeadGroup& hg, const E* k,
-                                 const E* v, int64_t n, float* scores, const E* next_k,
-                                 const E* next_v) {
+SNAPSERVE_TARGET_AVX512F_AVX2_FMA_F16C void fold_group(const Rows& kr, const Rows& vr,
+                                                       const HeadGroup& hg, const E* k, const E* v,
+                                                       int64_t n, float* scores, const E* next_k,
+                                                       const E* next_v) {
   const int64_t D = hg.head_dim;
   const int64_t stride = score_stride(n);
   constexpr int64_t kSize = sizeof(E);
@@ -122,9 +123,11 @@ SNAPSERVE_AVX512 void fold_group(const Rows& kr, const Rows& vr, const HeadGroup
 }
 
 template <typename Rows, typename E = typename Rows::Element>
-SNAPSERVE_AVX512 void fold_any_group(const HeadGroup& hg, const E* k, const E* v, int64_t n,
-                                     float* scores, const E* next_k, const E* next_v,
-                                     const Rows& kr = {}, const Rows& vr = {}) {
+SNAPSERVE_TARGET_AVX512F_AVX2_FMA_F16C void fold_any_group(const HeadGroup& hg, const E* k,
+                                                           const E* v, int64_t n, float* scores,
+                                                           const E* next_k, const E* next_v,
+                                                           const Rows& kr = {},
+                                                           const Rows& vr = {}) {
   switch (hg.group) {
     case 2:
       return fold_group<Rows, 2>(kr, vr, hg, k, v, n, scores, next_k, next_v);

@@ -10,25 +10,26 @@
 
 #include <cstdint>
 
-namespace snapserve::kernels::cpu {
+#include "kernels/cpu/x86/isa_target.h"
 
-#define SNAPSERVE_ROWS_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define SNAPSERVE_ROWS_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+namespace snapserve::kernels::cpu {
 
 struct Float32Rows {
   using Element = float;
-  SNAPSERVE_ROWS_AVX2 static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-  SNAPSERVE_ROWS_AVX512 static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+  SNAPSERVE_TARGET_AVX2_FMA_F16C static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  SNAPSERVE_TARGET_AVX512F_AVX2_FMA_F16C static __m512 load16(const float* p) {
+    return _mm512_loadu_ps(p);
+  }
 };
 
 // bfloat16 is the top half of a float32: each 16-bit value shifted up.
 struct BFloat16Rows {
   using Element = uint16_t;
-  SNAPSERVE_ROWS_AVX2 static __m256 load8(const uint16_t* p) {
+  SNAPSERVE_TARGET_AVX2_FMA_F16C static __m256 load8(const uint16_t* p) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
-  SNAPSERVE_ROWS_AVX512 static __m512 load16(const uint16_t* p) {
+  SNAPSERVE_TARGET_AVX512F_AVX2_FMA_F16C static __m512 load16(const uint16_t* p) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
@@ -37,10 +38,10 @@ struct BFloat16Rows {
 // float16 through F16C (which the AVX2 level includes).
 struct Float16Rows {
   using Element = uint16_t;
-  SNAPSERVE_ROWS_AVX2 static __m256 load8(const uint16_t* p) {
+  SNAPSERVE_TARGET_AVX2_FMA_F16C static __m256 load8(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  SNAPSERVE_ROWS_AVX512 static __m512 load16(const uint16_t* p) {
+  SNAPSERVE_TARGET_AVX512F_AVX2_FMA_F16C static __m512 load16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 };
@@ -55,7 +56,7 @@ struct Int8Rows {
   using Element = int8_t;
   const int8_t* base = nullptr;
   const float* scales = nullptr;  // one per 16 values from base
-  SNAPSERVE_ROWS_AVX512 __m512 load16(const int8_t* p) const {
+  SNAPSERVE_TARGET_AVX512F_AVX2_FMA_F16C __m512 load16(const int8_t* p) const {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
                          _mm512_set1_ps(scales[(p - base) >> 4]));

@@ -11,15 +11,14 @@
 #include <cstdint>
 
 #include "kernels/cpu/x86/exp_avx2.h"
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/cpu/x86/simd_sums.h"
 #include "kernels/paged_attention/paged_attention_cpu_block.h"
 
 namespace snapserve::kernels::cpu::softmax {
 
-#define SNAPSERVE_SOFTMAX_AVX2 __attribute__((target("avx2,fma")))
-
 // max(s[0 .. n)), eight lanes at a time (max is exact in any order).
-SNAPSERVE_SOFTMAX_AVX2 inline float max_of(const float* s, int64_t n) {
+SNAPSERVE_TARGET_AVX2_FMA inline float max_of(const float* s, int64_t n) {
   float m = s[0];
   int64_t t = 0;
   if (n >= 8) {
@@ -34,7 +33,7 @@ SNAPSERVE_SOFTMAX_AVX2 inline float max_of(const float* s, int64_t n) {
 }
 
 // s[t] = exp(s[t] - max) for t < n; returns their sum.
-SNAPSERVE_SOFTMAX_AVX2 inline float exp_and_sum(float* s, int64_t n, float max) {
+SNAPSERVE_TARGET_AVX2_FMA inline float exp_and_sum(float* s, int64_t n, float max) {
   const __m256 vm = _mm256_set1_ps(max);
   __m256 vsum = _mm256_setzero_ps();
   int64_t t = 0;
@@ -56,8 +55,8 @@ SNAPSERVE_SOFTMAX_AVX2 inline float exp_and_sum(float* s, int64_t n, float max) 
 // head's output accumulator must be scaled by before this block's values are
 // added. exp(-inf) = 0 clears the empty state on the first block; past the
 // first blocks the max seldom grows, and exp(0) is exactly 1: no call.
-SNAPSERVE_SOFTMAX_AVX2 inline float fold_scores(const HeadGroup& hg, int64_t h, float* s,
-                                                int64_t n) {
+SNAPSERVE_TARGET_AVX2_FMA inline float fold_scores(const HeadGroup& hg, int64_t h, float* s,
+                                                   int64_t n) {
   const float new_max = std::max(hg.run_max[h], max_of(s, n));
   const float rescale = new_max == hg.run_max[h] ? 1.f : std::exp(hg.run_max[h] - new_max);
   hg.run_sum[h] = hg.run_sum[h] * rescale + exp_and_sum(s, n, new_max);

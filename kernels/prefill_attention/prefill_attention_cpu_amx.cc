@@ -35,14 +35,12 @@
 #include <cstdint>
 
 #include "kernels/cpu/x86/amx_tiles.h"
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/prefill_attention/prefill_attention_cpu_common.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
-
-#define SNAPSERVE_AMX \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
 
 using namespace amx;  // NOLINT(google-build-using-namespace): the tile vocabulary
 
@@ -89,7 +87,9 @@ void tile_scores(const uint32_t* q, const uint16_t* kt, int64_t tile,
   tile_store<1>(&scores[0][16], kScoreStride);
 }
 
-SNAPSERVE_AMX void attend_rows(const PackedAttention& pa, int64_t head, int64_t row0, float* out) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C void attend_rows(const PackedAttention& pa,
+                                                              int64_t head, int64_t row0,
+                                                              float* out) {
   const auto [first_pos, valid, tiles] = item_rows(pa, row0, kTileRows);
   const auto [q, kt, vp] = bf16_operands<kDim>(pa, head, row0);
   // Row strides in bytes: v's key-pair rows (kDim x 2), the weights' rows.

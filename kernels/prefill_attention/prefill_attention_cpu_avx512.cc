@@ -22,13 +22,12 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/prefill_attention/prefill_attention_cpu_common.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
-
-#define SNAPSERVE_AVX512 __attribute__((target("avx512f,avx512dq,avx2,fma")))
 
 // One query row's state between key blocks: its unnormalized output and
 // its softmax statistics.
@@ -41,9 +40,10 @@ struct RowState {
 // Tiles [tile_begin, tile_end) of the keys for rows row0 .. row0 + kRows - 1
 // of one head, continuing their states (acc in registers meanwhile).
 template <int kDim, int kRows>
-SNAPSERVE_AVX512 void attend_tiles(const PackedAttentionF32& pa, int64_t head, int64_t row0,
-                                   int64_t tile_begin, int64_t tile_end,
-                                   RowState<kDim> (&state)[kRows]) {
+SNAPSERVE_TARGET_AVX512DQ_AVX2_FMA void attend_tiles(const PackedAttentionF32& pa, int64_t head,
+                                                     int64_t row0, int64_t tile_begin,
+                                                     int64_t tile_end,
+                                                     RowState<kDim> (&state)[kRows]) {
   constexpr int kVecs = kDim / 16;
   const int64_t group = pa.heads / pa.kv_heads, kv = head / group;
   const ItemRows item = item_rows(pa, row0, kRows);
@@ -116,8 +116,10 @@ SNAPSERVE_AVX512 void attend_tiles(const PackedAttentionF32& pa, int64_t head, i
 
 // The finished rows' outputs: acc / sum.
 template <int kDim, int kRows>
-SNAPSERVE_AVX512 void store_rows(const PackedAttentionF32& pa, int64_t head, int64_t row0,
-                                 const RowState<kDim> (&state)[kRows], float* out) {
+SNAPSERVE_TARGET_AVX512DQ_AVX2_FMA void store_rows(const PackedAttentionF32& pa, int64_t head,
+                                                   int64_t row0,
+                                                   const RowState<kDim> (&state)[kRows],
+                                                   float* out) {
   const int64_t valid = std::min<int64_t>(kRows, pa.rows - row0);
   for (int64_t i = 0; i < valid; ++i) {
     const __m512 inv = _mm512_set1_ps(1.0f / state[i].softmax.sum());

@@ -24,25 +24,25 @@
 #include <cstddef>
 #include <limits>
 
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/prefill_attention/prefill_attention_cpu_common.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
 
-#define SNAPSERVE_BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
-
 // 32 bfloat16 values (16 pairs) from memory, and one pair in every lane.
-SNAPSERVE_BF16 inline __m512bh load_pairs(const uint16_t* p) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C inline __m512bh load_pairs(const uint16_t* p) {
   return __builtin_bit_cast(__m512bh, _mm512_loadu_si512(p));
 }
-SNAPSERVE_BF16 inline __m512bh broadcast_pair(uint32_t pair) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C inline __m512bh broadcast_pair(uint32_t pair) {
   return __builtin_bit_cast(__m512bh, _mm512_set1_epi32(static_cast<int>(pair)));
 }
 
 template <int kDim, int kRows>
-SNAPSERVE_BF16 void attend_rows(const PackedAttention& pa, int64_t head, int64_t row0, float* out) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C void attend_rows(const PackedAttention& pa,
+                                                              int64_t head, int64_t row0,
+                                                              float* out) {
   constexpr int kPairs = kDim / 2, kVecs = kDim / 16;
   const auto [first_pos, valid, tiles] = item_rows(pa, row0, kRows);
   const auto [q, kt, vp] = bf16_operands<kDim>(pa, head, row0);
@@ -139,8 +139,10 @@ void attend_items(const PackedAttention& pa, int64_t begin, int64_t end, float* 
 
 }  // namespace
 
-SNAPSERVE_BF16 void round_to_bf16_avx512bf16(const float* src, float scale, uint16_t* dst,
-                                             int64_t n) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C void round_to_bf16_avx512bf16(const float* src,
+                                                                           float scale,
+                                                                           uint16_t* dst,
+                                                                           int64_t n) {
   const __m512 s = _mm512_set1_ps(scale);
   for (int64_t i = 0; i < n; i += 16) {
     const __m256bh b = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + i), s));
@@ -167,7 +169,7 @@ constexpr std::array<int32_t, 16> swap_lanes(bool upper) {
 }
 
 template <int kB>
-SNAPSERVE_BF16 void swap_blocks(__m512i (&r)[16]) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C void swap_blocks(__m512i (&r)[16]) {
   static constexpr std::array<int32_t, 16> kLower = swap_lanes<kB>(false);
   static constexpr std::array<int32_t, 16> kUpper = swap_lanes<kB>(true);
   const __m512i lower = _mm512_loadu_si512(kLower.data());
@@ -183,7 +185,7 @@ SNAPSERVE_BF16 void swap_blocks(__m512i (&r)[16]) {
 // r[i] = column i of the 16 x 16 matrix of 32-bit lanes r held: the
 // off-diagonal blocks of 8 swapped, then those of 4, 2 and 1 within every
 // block, after which every element (i, j) is at (j, i). 64 vpermt2d.
-SNAPSERVE_BF16 void transpose16(__m512i (&r)[16]) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C void transpose16(__m512i (&r)[16]) {
   swap_blocks<8>(r);
   swap_blocks<4>(r);
   swap_blocks<2>(r);
@@ -191,16 +193,16 @@ SNAPSERVE_BF16 void transpose16(__m512i (&r)[16]) {
 }
 
 // 32 values of a row from `at` on, rounded to bf16: 16 pairs, one per lane.
-SNAPSERVE_BF16 __m512i pairs_of(const float* at) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C __m512i pairs_of(const float* at) {
   return __builtin_bit_cast(__m512i,
                             _mm512_cvtne2ps_pbh(_mm512_loadu_ps(at + 16), _mm512_loadu_ps(at)));
 }
 
 }  // namespace
 
-SNAPSERVE_BF16 void pack_kv_tile_avx512bf16(const float* k, int64_t k_stride, const float* v,
-                                            int64_t v_stride, int64_t n, int64_t dim,
-                                            uint16_t* k_dst, uint16_t* v_dst) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C void pack_kv_tile_avx512bf16(
+    const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t n, int64_t dim,
+    uint16_t* k_dst, uint16_t* v_dst) {
   // k: the tile's [32 keys][dim / 2 pairs] transposed 16 x 16 at a time.
   for (int64_t half = 0; half < 2; ++half) {  // keys 16 * half ..
     for (int64_t p0 = 0; p0 < dim / 2; p0 += 16) {
@@ -219,7 +221,8 @@ SNAPSERVE_BF16 void pack_kv_tile_avx512bf16(const float* k, int64_t k_stride, co
   const __m512i interleave =
       _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                        21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  auto v_lanes = [&](int64_t key, int64_t d) SNAPSERVE_BF16 {  // 0 past the last key
+  // 0 past the last key.
+  auto v_lanes = [&](int64_t key, int64_t d) SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C {
     return key < n ? _mm512_loadu_ps(v + key * v_stride + d) : _mm512_setzero_ps();
   };
   for (int64_t j = 0; j < kTileKeys / 2; ++j) {

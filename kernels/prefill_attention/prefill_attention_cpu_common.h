@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "kernels/cpu/x86/exp_avx512.h"
+#include "kernels/cpu/x86/isa_target.h"
 #endif
 
 namespace snapserve::kernels::cpu {
@@ -80,9 +81,7 @@ struct RowSoftmax {
   float max = -std::numeric_limits<float>::infinity();
   alignas(64) float sums[16] = {};
 
-  __attribute__((target("avx512f"))) float sum() const {
-    return _mm512_reduce_add_ps(_mm512_load_ps(sums));
-  }
+  SNAPSERVE_TARGET_AVX512F float sum() const { return _mm512_reduce_add_ps(_mm512_load_ps(sums)); }
 };
 
 // s0, s1: the row's scores against the tile's keys 0-15 and 16-31; `seen`:
@@ -98,8 +97,9 @@ struct RowSoftmax {
 // kernels), so exp2_for_bf16_weights_avx512 is precise enough; else the
 // float32 kernel's full-precision exp.
 template <bool kBf16Weights>
-__attribute__((target("avx512f,avx512dq,fma"))) inline float softmax_tile_weights(
-    __m512 s0, __m512 s1, int64_t seen, RowSoftmax& row, __m512& p0, __m512& p1) {
+SNAPSERVE_TARGET_AVX512DQ_FMA inline float softmax_tile_weights(__m512 s0, __m512 s1, int64_t seen,
+                                                                RowSoftmax& row, __m512& p0,
+                                                                __m512& p1) {
   __mmask16 m0 = 0xFFFF, m1 = 0xFFFF;
   if (seen < 32) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -143,9 +143,9 @@ __attribute__((target("avx512f,avx512dq,fma"))) inline float softmax_tile_weight
 // softmax_tile_weights for a row whose kVecs output accumulators live in
 // registers: they are rescaled here when the max moved.
 template <int kVecs, bool kBf16Weights>
-__attribute__((target("avx512f,avx512dq,fma"))) inline void softmax_tile_row(
-    __m512 s0, __m512 s1, int64_t seen, RowSoftmax& row, __m512 (&acc)[kVecs], __m512& p0,
-    __m512& p1) {
+SNAPSERVE_TARGET_AVX512DQ_FMA inline void softmax_tile_row(__m512 s0, __m512 s1, int64_t seen,
+                                                           RowSoftmax& row, __m512 (&acc)[kVecs],
+                                                           __m512& p0, __m512& p1) {
   const float factor = softmax_tile_weights<kBf16Weights>(s0, s1, seen, row, p0, p1);
   if (factor != 1.0f) {
     const __m512 sc = _mm512_set1_ps(factor);

@@ -30,13 +30,11 @@
 
 #include "kernels/cpu/x86/amx_tiles.h"
 #include "kernels/cpu/x86/exp_avx512.h"
+#include "kernels/cpu/x86/isa_target.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
-
-#define SNAPSERVE_AMX_GEMM \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
 
 constexpr int64_t kBlock = kAmxGemmBlock, kHalf = 16, kStep = 32;
 // A weight tile: 16 pairs x 16 columns x 2 bf16.
@@ -44,7 +42,7 @@ constexpr int64_t kWeightTile = int64_t{16} * 16 * 2;
 // The weight tiles of one run of column blocks, in bytes (L2 is 2 MiB).
 constexpr int64_t kWeightRunBytes = int64_t{1024} * 1024;
 // 16 bf16 values widened to float32 exactly (the bits shifted up).
-SNAPSERVE_AMX_GEMM inline __m512 widen_bf16(__m256i bits) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C inline __m512 widen_bf16(__m256i bits) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
@@ -67,8 +65,10 @@ struct PendingBlock {
 
 // store_rows' float32 and plain bf16 outputs: rows [r0, r1) of b, real rows.
 template <AmxEpilogue kEpilogue>
-SNAPSERVE_AMX_GEMM inline void store_float32_rows(const AmxGemmArgs& a, const PendingBlock& b,
-                                                  int64_t r0, int64_t r1) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C inline void store_float32_rows(const AmxGemmArgs& a,
+                                                                            const PendingBlock& b,
+                                                                            int64_t r0,
+                                                                            int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const __m512 lo = _mm512_load_ps(b.c[r]), hi = _mm512_load_ps(b.c[r] + 16);
     const int64_t at = (b.row0 + r) * a.n + b.cb * kBlock;
@@ -101,9 +101,8 @@ SNAPSERVE_AMX_GEMM inline void store_float32_rows(const AmxGemmArgs& a, const Pe
 // columns 0-15) and the up columns beside them (16-31).
 // (A template on the epilogue, so that each tile loop inlines its own.)
 template <AmxEpilogue kEpilogue>
-[[gnu::always_inline]] SNAPSERVE_AMX_GEMM inline void store_rows(const AmxGemmArgs& a,
-                                                                 const PendingBlock& b, int64_t r0,
-                                                                 int64_t r1) {
+[[gnu::always_inline]] SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C inline void store_rows(
+    const AmxGemmArgs& a, const PendingBlock& b, int64_t r0, int64_t r1) {
   if (b.row0 < 0) return;
   if constexpr (kEpilogue == AmxEpilogue::kSwiGluPacked) {
     // Every row, the padding too (zero products, zero outputs): the down
@@ -136,8 +135,10 @@ template <AmxEpilogue kEpilogue>
 // the tile unit idle: a third of the loop's time at the gate/up shape
 // (docs/quantized-weights.md, "The MLP in one pass").
 template <AmxEpilogue kEpilogue>
-SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t cb,
-                                   const PendingBlock& previous, PendingBlock& mine) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C void gemm_block(const AmxGemmArgs& a, int64_t row0,
+                                                             int64_t cb,
+                                                             const PendingBlock& previous,
+                                                             PendingBlock& mine) {
   using namespace amx;  // NOLINT(google-build-using-namespace): the tile vocabulary
   const int64_t steps = a.k / kStep;
   // x's tiles, packed as the weight's are: 16 rows x 32 k values, 1 KiB each.
@@ -177,9 +178,11 @@ SNAPSERVE_AMX_GEMM void gemm_block(const AmxGemmArgs& a, int64_t row0, int64_t c
 
 // gemm_amx_blocks for one epilogue.
 template <AmxEpilogue kEpilogue>
-SNAPSERVE_AMX_GEMM void run_blocks(const AmxGemmArgs& a, int64_t row_block_begin,
-                                   int64_t row_block_end, int64_t col_block_begin,
-                                   int64_t col_block_end) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C void run_blocks(const AmxGemmArgs& a,
+                                                             int64_t row_block_begin,
+                                                             int64_t row_block_end,
+                                                             int64_t col_block_begin,
+                                                             int64_t col_block_end) {
   const int64_t run = std::max<int64_t>(1, kWeightRunBytes / (kBlock * a.k * 2));
   PendingBlock blocks[2];  // the block being computed and the one before
   int next = 0;
@@ -197,8 +200,10 @@ SNAPSERVE_AMX_GEMM void run_blocks(const AmxGemmArgs& a, int64_t row_block_begin
 
 }  // namespace
 
-SNAPSERVE_AMX_GEMM void pack_amx_rows(const float* x, const uint16_t* x_bf16, int64_t m, int64_t k,
-                                      int64_t row0, int64_t row1, uint16_t* dst) {
+SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C void pack_amx_rows(const float* x,
+                                                                const uint16_t* x_bf16, int64_t m,
+                                                                int64_t k, int64_t row0,
+                                                                int64_t row1, uint16_t* dst) {
   const int64_t steps = k / kStep;
   for (int64_t r = row0; r < row1; ++r) {
     uint16_t* tile_row = dst + amx_packed_offset(k, r, 0);

@@ -9,6 +9,7 @@
 
 #if defined(__x86_64__)
 #include "kernels/cpu/x86/avx512_intrinsics.h"
+#include "kernels/cpu/x86/isa_target.h"
 
 #include <algorithm>
 #include <cstring>
@@ -17,13 +18,11 @@ namespace snapserve::kernels::cpu {
 
 namespace {
 
-#define SNAPSERVE_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
-
 // Rows per tile: 8 int32 + 8 float accumulators, 2 weight vectors and the
 // scales fit the 32 registers.
 constexpr int64_t kTileRows = 4;
 
-SNAPSERVE_VNNI inline __m512i broadcast4(const int8_t* p) {
+SNAPSERVE_TARGET_AVX512VNNI_FMA_F16C inline __m512i broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
@@ -31,9 +30,10 @@ SNAPSERVE_VNNI inline __m512i broadcast4(const int8_t* p) {
 
 // Adds quad g's products of two weight vectors (tiles 0 and 1) to the sums.
 template <int64_t kRows>
-SNAPSERVE_VNNI inline void quad_products(const PanelActivations& x, __m512i w0, __m512i w1,
-                                         int64_t i0, int64_t b, int64_t g,
-                                         __m512i (&sum)[kRows][2]) {
+SNAPSERVE_TARGET_AVX512VNNI_FMA_F16C inline void quad_products(const PanelActivations& x,
+                                                               __m512i w0, __m512i w1, int64_t i0,
+                                                               int64_t b, int64_t g,
+                                                               __m512i (&sum)[kRows][2]) {
 #pragma GCC unroll 8
   for (int64_t r = 0; r < kRows; ++r) {
     const __m512i xr = broadcast4(x.q + (i0 + r) * x.k + b * kPanelBlock + g * 4);
@@ -44,8 +44,9 @@ SNAPSERVE_VNNI inline void quad_products(const PanelActivations& x, __m512i w0, 
 
 // The exact integer sums of one 32-block of one panel for kRows rows.
 template <int64_t kRows, bool kNibbles>
-SNAPSERVE_VNNI inline void block_sums(const PanelActivations& x, const uint8_t* blk, int64_t i0,
-                                      int64_t b, __m512i (&sum)[kRows][2]) {
+SNAPSERVE_TARGET_AVX512VNNI_FMA_F16C inline void block_sums(const PanelActivations& x,
+                                                            const uint8_t* blk, int64_t i0,
+                                                            int64_t b, __m512i (&sum)[kRows][2]) {
 #pragma GCC unroll 8
   for (int64_t r = 0; r < kRows; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_si512();
   if constexpr (kNibbles) {
@@ -68,7 +69,7 @@ SNAPSERVE_VNNI inline void block_sums(const PanelActivations& x, const uint8_t* 
 }
 
 // 16 float16 values as float32.
-SNAPSERVE_VNNI inline __m512 load_halves(const uint16_t* p) {
+SNAPSERVE_TARGET_AVX512VNNI_FMA_F16C inline __m512 load_halves(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
@@ -76,9 +77,11 @@ SNAPSERVE_VNNI inline __m512 load_halves(const uint16_t* p) {
 // the type's small integers were made unsigned by a bias (Q4_0, Q5_0, Q8_0;
 // m is 0), so the offset is -bias * d; else (Q4_1, Q5_1) it is m as stored.
 template <int64_t kRows, bool kBiased>
-SNAPSERVE_VNNI inline void block_terms(const PanelActivations& x, const uint16_t* sc,
-                                       __m512 neg_bias, int64_t blocks, int64_t i0, int64_t b,
-                                       const __m512i (&sum)[kRows][2], __m512 (&acc)[kRows][2]) {
+SNAPSERVE_TARGET_AVX512VNNI_FMA_F16C inline void block_terms(const PanelActivations& x,
+                                                             const uint16_t* sc, __m512 neg_bias,
+                                                             int64_t blocks, int64_t i0, int64_t b,
+                                                             const __m512i (&sum)[kRows][2],
+                                                             __m512 (&acc)[kRows][2]) {
   const __m512 scale0 = load_halves(sc), scale1 = load_halves(sc + 16);
   // m - bias * d, the portable path's offset: one of the two terms is 0 and
   // the product is exact. Without a bias it is m itself (m + d * -0.0f is m,
@@ -115,7 +118,8 @@ SNAPSERVE_VNNI inline void block_terms(const PanelActivations& x, const uint16_t
 constexpr int64_t kPrefetchBlocks = 8;
 
 template <int64_t kStep, int64_t kBlockBytes>
-SNAPSERVE_VNNI inline void prefetch_ahead(const uint8_t* bytes, const uint16_t* scales, int64_t b) {
+SNAPSERVE_TARGET_AVX512VNNI_FMA_F16C inline void prefetch_ahead(const uint8_t* bytes,
+                                                                const uint16_t* scales, int64_t b) {
   const auto* pb = reinterpret_cast<const char*>(bytes + (b + kPrefetchBlocks) * kBlockBytes);
 #pragma GCC unroll 64
   for (int64_t l = 0; l < kStep * kBlockBytes; l += 64) _mm_prefetch(pb + l, _MM_HINT_T0);
@@ -131,9 +135,10 @@ SNAPSERVE_VNNI inline void prefetch_ahead(const uint8_t* bytes, const uint16_t* 
 // bits do not depend on kRows or kStep. `stream`: this tile is the first
 // to read the panel (it comes from memory), so it prefetches ahead.
 template <int64_t kRows, int64_t kStep, bool kNibbles, bool kBiased>
-SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const uint16_t* scales,
-                         float bias, int64_t blocks, int64_t i0, float* out, int64_t ldo,
-                         int64_t cols, bool accumulate, bool stream) {
+SNAPSERVE_TARGET_AVX512VNNI_FMA_F16C void tile(const PanelActivations& x, const uint8_t* bytes,
+                                               const uint16_t* scales, float bias, int64_t blocks,
+                                               int64_t i0, float* out, int64_t ldo, int64_t cols,
+                                               bool accumulate, bool stream) {
   constexpr int64_t kBlockBytes = kNibbles ? 512 : 1024;
   const __m512 neg_bias = _mm512_set1_ps(-bias);
   // The tile's outputs: 4 rows of 128 bytes at a stride of the matrix's
@@ -190,8 +195,9 @@ SNAPSERVE_VNNI void tile(const PanelActivations& x, const uint8_t* bytes, const 
 namespace {
 
 template <bool kNibbles, bool kBiased>
-SNAPSERVE_VNNI void panels(const PanelActivations& x, const Int8Panels& w, int64_t p_begin,
-                           int64_t p_end, float* out, int64_t ldo, bool accumulate) {
+SNAPSERVE_TARGET_AVX512VNNI_FMA_F16C void panels(const PanelActivations& x, const Int8Panels& w,
+                                                 int64_t p_begin, int64_t p_end, float* out,
+                                                 int64_t ldo, bool accumulate) {
   const uint8_t* bytes = w.bytes.const_data_ptr<uint8_t>();
   const auto* scales = static_cast<const uint16_t*>(w.scales.const_data_ptr());
   for (int64_t p = p_begin; p < p_end; ++p) {

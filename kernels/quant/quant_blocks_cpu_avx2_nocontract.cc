@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/quant/quant_blocks.h"
 
 #if defined(__x86_64__)
@@ -18,8 +19,6 @@
 namespace snapserve::kernels::cpu {
 
 namespace {
-
-#define SNAPSERVE_AVX2_ONLY __attribute__((target("avx2")))
 
 float half_at(const uint8_t* p) {
   uint16_t bits;
@@ -31,7 +30,7 @@ enum class Offset { kNone, kAdd, kSub };
 
 // dst[0..8) = s * q (+ or - m), q as 8 int32 lanes.
 template <Offset kOffset>
-SNAPSERVE_AVX2_ONLY inline void emit(float* dst, __m256i q, __m256 s, __m256 m) {
+SNAPSERVE_TARGET_AVX2 inline void emit(float* dst, __m256i q, __m256 s, __m256 m) {
   __m256 v = _mm256_mul_ps(s, _mm256_cvtepi32_ps(q));
   if constexpr (kOffset == Offset::kAdd) v = _mm256_add_ps(v, m);
   if constexpr (kOffset == Offset::kSub) v = _mm256_sub_ps(v, m);
@@ -39,20 +38,20 @@ SNAPSERVE_AVX2_ONLY inline void emit(float* dst, __m256i q, __m256 s, __m256 m) 
 }
 
 // 8 bytes at p as unsigned 32-bit lanes.
-SNAPSERVE_AVX2_ONLY inline __m256i bytes8(const uint8_t* p) {
+SNAPSERVE_TARGET_AVX2 inline __m256i bytes8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
 // (v >> shift) & mask per lane.
-SNAPSERVE_AVX2_ONLY inline __m256i bits(__m256i v, int shift, int mask) {
+SNAPSERVE_TARGET_AVX2 inline __m256i bits(__m256i v, int shift, int mask) {
   return _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(mask));
 }
 
 // Legacy 32-element blocks: nibble j (low of byte j, or high of byte j - 16)
 // plus, for the 5-bit types, bit j of qh as the fifth bit; minus `bias`.
 template <Offset kOffset, bool kFifthBit>
-SNAPSERVE_AVX2_ONLY void legacy_block(const uint8_t* qs, uint32_t qh, int bias, float d, float m,
-                                      float* y) {
+SNAPSERVE_TARGET_AVX2 void legacy_block(const uint8_t* qs, uint32_t qh, int bias, float d, float m,
+                                        float* y) {
   const __m256 s = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
   const __m256i b = _mm256_set1_epi32(bias);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -75,7 +74,7 @@ uint32_t high_bits(const uint8_t* p) {
   return v;
 }
 
-SNAPSERVE_AVX2_ONLY void q8_0(const uint8_t* b, float* y) {
+SNAPSERVE_TARGET_AVX2 void q8_0(const uint8_t* b, float* y) {
   const __m256 d = _mm256_set1_ps(half_at(b));
   for (int g = 0; g < 4; ++g) {
     const __m256i q =
@@ -96,7 +95,7 @@ void k_scale_min(const uint8_t* s, int j, int* scale, int* min) {
 }
 
 template <bool kFifthBit>
-SNAPSERVE_AVX2_ONLY void q45_k(const uint8_t* b, float* y) {
+SNAPSERVE_TARGET_AVX2 void q45_k(const uint8_t* b, float* y) {
   const float d = half_at(b), dmin = half_at(b + 2);
   const uint8_t* qh = b + 16;
   const uint8_t* qs = b + (kFifthBit ? 48 : 16);
@@ -116,7 +115,7 @@ SNAPSERVE_AVX2_ONLY void q45_k(const uint8_t* b, float* y) {
   }
 }
 
-SNAPSERVE_AVX2_ONLY void q6_k(const uint8_t* b, float* y) {
+SNAPSERVE_TARGET_AVX2 void q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const auto* sc = reinterpret_cast<const int8_t*>(b + 192);

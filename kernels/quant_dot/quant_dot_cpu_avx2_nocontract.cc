@@ -15,6 +15,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/cpu/x86/simd_sums.h"
 #include "kernels/quant_dot/quant_dot_cpu_avx2_scales.h"
 
@@ -23,7 +24,7 @@ namespace snapserve::kernels::cpu {
 namespace {
 
 // 0xFF in byte j where bit j of `bits` is set.
-SNAPSERVE_AVX2_INT inline __m256i bit_bytes(uint32_t bits) {
+SNAPSERVE_TARGET_AVX2_F16C inline __m256i bit_bytes(uint32_t bits) {
   const __m256i spread = _mm256_shuffle_epi8(
       _mm256_set1_epi32(static_cast<int>(bits)),
       _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
@@ -33,7 +34,7 @@ SNAPSERVE_AVX2_INT inline __m256i bit_bytes(uint32_t bits) {
 
 // The 32 nibbles of a legacy 4-bit block in element order (low nibbles are
 // elements 0..15, high nibbles 16..31).
-SNAPSERVE_AVX2_INT inline __m256i nibbles(const uint8_t* qs) {
+SNAPSERVE_TARGET_AVX2_F16C inline __m256i nibbles(const uint8_t* qs) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i low = _mm_set1_epi8(0x0F);
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
@@ -43,7 +44,7 @@ SNAPSERVE_AVX2_INT inline __m256i nibbles(const uint8_t* qs) {
 // (Q4_1/Q5_1), in element order. The scales are read eight blocks at a time
 // (block_scales8), so this reads only the quants.
 template <QuantType kType>
-SNAPSERVE_AVX2_INT inline __m256i block_ints(const uint8_t* b) {
+SNAPSERVE_TARGET_AVX2_F16C inline __m256i block_ints(const uint8_t* b) {
   if constexpr (kType == QuantType::kQ8_0) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
   } else if constexpr (kType == QuantType::kQ4_0) {
@@ -67,7 +68,7 @@ SNAPSERVE_AVX2_INT inline __m256i block_ints(const uint8_t* b) {
 // 32 int8 activations: maddubs (u8 x s8 -> pairs) then madd (pairs -> quads).
 // No sum can saturate: |w| <= 128 and |x| <= 127.
 template <QuantType kType>
-SNAPSERVE_AVX2_INT inline __m256i block_products(__m256i w, const int8_t* x) {
+SNAPSERVE_TARGET_AVX2_F16C inline __m256i block_products(__m256i w, const int8_t* x) {
   const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   const __m256i ones = _mm256_set1_epi16(1);
   if constexpr (kSignedInts<kType>) {
@@ -80,7 +81,7 @@ SNAPSERVE_AVX2_INT inline __m256i block_products(__m256i w, const int8_t* x) {
 
 // Lane k of the result: the total of s[k]'s 8 lanes (integer adds: exact in
 // any order).
-SNAPSERVE_AVX2_INT inline __m256i totals_of_8(const __m256i* s) {
+SNAPSERVE_TARGET_AVX2_F16C inline __m256i totals_of_8(const __m256i* s) {
   const __m256i h01 = _mm256_hadd_epi32(s[0], s[1]), h23 = _mm256_hadd_epi32(s[2], s[3]);
   const __m256i h45 = _mm256_hadd_epi32(s[4], s[5]), h67 = _mm256_hadd_epi32(s[6], s[7]);
   const __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
@@ -95,8 +96,9 @@ constexpr int64_t kSharedRows = 8;
 // One eight-block step of row_dot: blocks [b, b + count) of one weight row,
 // unpacked once, against activation rows i0 .. i0 + rows - 1.
 template <QuantType kType, int64_t kMaxRows, bool kPartial>
-SNAPSERVE_AVX2_INT inline void blocks_step(const uint8_t* wrow, const QuantizedRows& xq, int64_t i0,
-                                           int64_t rows, int64_t b, int64_t count, __m256* acc) {
+SNAPSERVE_TARGET_AVX2_F16C inline void blocks_step(const uint8_t* wrow, const QuantizedRows& xq,
+                                                   int64_t i0, int64_t rows, int64_t b,
+                                                   int64_t count, __m256* acc) {
   constexpr int64_t kB = kBlockBytes<kType>;
   const int64_t blocks = xq.blocks;
   __m256 d, m;
@@ -139,8 +141,8 @@ SNAPSERVE_AVX2_INT inline void blocks_step(const uint8_t* wrow, const QuantizedR
 // step (the last step partial when blocks % 8 != 0). Results go to
 // out[(i0 + i) * n_total].
 template <QuantType kType, int64_t kMaxRows>
-SNAPSERVE_AVX2_INT void row_dot(const uint8_t* wrow, const QuantizedRows& xq, int64_t i0,
-                                int64_t rows, float* out, int64_t n_total) {
+SNAPSERVE_TARGET_AVX2_F16C void row_dot(const uint8_t* wrow, const QuantizedRows& xq, int64_t i0,
+                                        int64_t rows, float* out, int64_t n_total) {
   const int64_t blocks = xq.blocks;
   __m256 acc[kMaxRows];
   for (int64_t i = 0; i < kMaxRows; ++i) acc[i] = _mm256_setzero_ps();
@@ -155,8 +157,9 @@ SNAPSERVE_AVX2_INT void row_dot(const uint8_t* wrow, const QuantizedRows& xq, in
 }
 
 template <QuantType kType>
-SNAPSERVE_AVX2_INT void rows_dot(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
-                                 int64_t r_end, float* out, int64_t n_total) {
+SNAPSERVE_TARGET_AVX2_F16C void rows_dot(const QuantMatrix& w, const QuantizedRows& xq,
+                                         int64_t r_begin, int64_t r_end, float* out,
+                                         int64_t n_total) {
   for (int64_t r = r_begin; r < r_end; ++r) {
     if (xq.m == 1) {
       row_dot<kType, 1>(w.row(r), xq, 0, 1, out + r, n_total);

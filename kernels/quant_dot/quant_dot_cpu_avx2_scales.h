@@ -10,13 +10,14 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/quant/quant_blocks.h"
 
 namespace snapserve::kernels::cpu {
 
-// F16C: the block scales are halves (every AVX2 path of cpu_isa.h has it).
-// Wider targets may inline these (their instruction sets include this one).
-#define SNAPSERVE_AVX2_INT __attribute__((target("avx2,f16c")))
+// The helpers below are SNAPSERVE_TARGET_AVX2_F16C. F16C: the block scales
+// are halves (every AVX2 path of cpu_isa.h has it). Wider targets may inline
+// these (their instruction sets include this one).
 
 // Types whose small-integer weights are signed (Q4_1/Q5_1: unsigned plus an
 // offset term).
@@ -32,7 +33,7 @@ constexpr int kBlockBytes = kType == QuantType::kQ8_0   ? 34
                                                         : 24;
 
 // All lanes (count 8) or the first `count` lanes, as a mask vector.
-SNAPSERVE_AVX2_INT inline __m256i first_lanes(int64_t count) {
+SNAPSERVE_TARGET_AVX2_F16C inline __m256i first_lanes(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -42,8 +43,8 @@ SNAPSERVE_AVX2_INT inline __m256i first_lanes(int64_t count) {
 // (0 in the lanes past count): one gather of each block's first 4 bytes,
 // the halves split apart and converted exactly.
 template <QuantType kType, bool kPartial>
-SNAPSERVE_AVX2_INT inline void block_scales8(const uint8_t* first, int64_t count, __m256* d,
-                                             __m256* m) {
+SNAPSERVE_TARGET_AVX2_F16C inline void block_scales8(const uint8_t* first, int64_t count, __m256* d,
+                                                     __m256* m) {
   constexpr int kB = kBlockBytes<kType>;
   const __m256i offsets = _mm256_setr_epi32(0, kB, 2 * kB, 3 * kB, 4 * kB, 5 * kB, 6 * kB, 7 * kB);
   const int* base = reinterpret_cast<const int*>(first);
@@ -61,7 +62,7 @@ SNAPSERVE_AVX2_INT inline void block_scales8(const uint8_t* first, int64_t count
 
 // 8 floats at p, or the first `count` (0 past them).
 template <bool kPartial>
-SNAPSERVE_AVX2_INT inline __m256 load8(const float* p, int64_t count) {
+SNAPSERVE_TARGET_AVX2_F16C inline __m256 load8(const float* p, int64_t count) {
   return kPartial ? _mm256_maskload_ps(p, first_lanes(count)) : _mm256_loadu_ps(p);
 }
 
@@ -74,8 +75,9 @@ SNAPSERVE_AVX2_INT inline __m256 load8(const float* p, int64_t count) {
 // starts at +0 can never become -0), so they match the portable path, which
 // adds nothing.
 template <QuantType kType, bool kPartial>
-SNAPSERVE_AVX2_INT inline __m256 add_block_totals(__m256 acc, __m256i totals, __m256 d, __m256 m,
-                                                  const float* dx, const float* sx, int64_t count) {
+SNAPSERVE_TARGET_AVX2_F16C inline __m256 add_block_totals(__m256 acc, __m256i totals, __m256 d,
+                                                          __m256 m, const float* dx,
+                                                          const float* sx, int64_t count) {
   acc = _mm256_add_ps(
       acc, _mm256_mul_ps(_mm256_mul_ps(d, load8<kPartial>(dx, count)), _mm256_cvtepi32_ps(totals)));
   if constexpr (!kSignedInts<kType>) {

@@ -19,14 +19,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/cpu/x86/simd_sums.h"
 #include "kernels/quant_dot/quant_dot_cpu_avx2_scales.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
-
-#define SNAPSERVE_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")))
 
 // Stands in for the blocks past a row's end in its last, partial step: any
 // bytes would do (their activations are zero), these are never out of bounds.
@@ -42,7 +41,7 @@ constexpr int kBiasShift = kType == QuantType::kQ4_0   ? 3
 // Blocks a and b as 64 unsigned bytes in the pair order of quant_dot.h's
 // VnniRows: a's elements 0..15, b's 0..15, a's 16..31, b's 16..31.
 template <QuantType kType>
-SNAPSERVE_VNNI inline __m512i pair_ints(const uint8_t* a, const uint8_t* b) {
+SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C inline __m512i pair_ints(const uint8_t* a, const uint8_t* b) {
   if constexpr (kType == QuantType::kQ8_0) {
     const __m512i ab = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2))),
@@ -81,7 +80,7 @@ SNAPSERVE_VNNI inline __m512i pair_ints(const uint8_t* a, const uint8_t* b) {
 // Lane k: the total of block k of an eight-block step, from the four pair
 // products p[j] (blocks j and j + 4; 128-bit lanes: j lo, j + 4 lo, j hi,
 // j + 4 hi). Integer adds: exact in any order.
-SNAPSERVE_VNNI inline __m256i totals_of_pairs(const __m512i* p) {
+SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C inline __m256i totals_of_pairs(const __m512i* p) {
   const __m512i s01 =
       _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
   const __m512i s23 =
@@ -101,10 +100,9 @@ constexpr int64_t kSharedRows = 8;
 // last `count` < 8 blocks) of one weight row, unpacked once, against
 // activation rows i0 .. i0 + rows - 1, added to acc[0 .. rows).
 template <QuantType kType, int64_t kMaxRows, bool kPartial>
-[[gnu::always_inline]] SNAPSERVE_VNNI inline void blocks_step(const uint8_t* wrow,
-                                                              const QuantizedRows& xq, int64_t i0,
-                                                              int64_t rows, int64_t b, int64_t g,
-                                                              int64_t count, __m256* acc) {
+[[gnu::always_inline]] SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C inline void blocks_step(
+    const uint8_t* wrow, const QuantizedRows& xq, int64_t i0, int64_t rows, int64_t b, int64_t g,
+    int64_t count, __m256* acc) {
   constexpr int64_t kB = kBlockBytes<kType>;
   const uint8_t* first = wrow + b * kB;
   // In the partial step, pairs whose first block is past the row hold
@@ -145,8 +143,9 @@ template <QuantType kType, int64_t kMaxRows, bool kPartial>
 // One weight row against activation rows i0 .. i0 + rows - 1 (rows <=
 // kMaxRows); results to out[(i0 + i) * n_total].
 template <QuantType kType, int64_t kMaxRows>
-SNAPSERVE_VNNI void row_dot(const uint8_t* wrow, const QuantizedRows& xq, int64_t i0, int64_t rows,
-                            float* out, int64_t n_total) {
+SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C void row_dot(const uint8_t* wrow, const QuantizedRows& xq,
+                                                   int64_t i0, int64_t rows, float* out,
+                                                   int64_t n_total) {
   const int64_t blocks = xq.blocks;
   __m256 acc[kMaxRows];
   for (int64_t i = 0; i < kMaxRows; ++i) acc[i] = _mm256_setzero_ps();
@@ -161,8 +160,9 @@ SNAPSERVE_VNNI void row_dot(const uint8_t* wrow, const QuantizedRows& xq, int64_
 }
 
 template <QuantType kType>
-SNAPSERVE_VNNI void rows_dot(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
-                             int64_t r_end, float* out, int64_t n_total) {
+SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C void rows_dot(const QuantMatrix& w, const QuantizedRows& xq,
+                                                    int64_t r_begin, int64_t r_end, float* out,
+                                                    int64_t n_total) {
   for (int64_t r = r_begin; r < r_end; ++r) {
     if (xq.m == 1) {
       row_dot<kType, 1>(w.row(r), xq, 0, 1, out + r, n_total);

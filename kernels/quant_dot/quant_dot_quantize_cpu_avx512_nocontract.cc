@@ -15,6 +15,7 @@
 
 #if defined(__x86_64__)
 #include "kernels/cpu/x86/avx512_intrinsics.h"
+#include "kernels/cpu/x86/isa_target.h"
 
 namespace snapserve::kernels::cpu {
 
@@ -47,13 +48,13 @@ alignas(64) constexpr TreeIndex kTreeIndex = make_tree_index();
 
 // One fold: inputs a and b (32 lanes as permutex2var sees them) into one.
 template <typename Op>
-SNAPSERVE_AVX512F inline __m512 fold_ps(__m512 a, __m512 b, __m512i lo, __m512i hi, Op op) {
+SNAPSERVE_TARGET_AVX512F inline __m512 fold_ps(__m512 a, __m512 b, __m512i lo, __m512i hi, Op op) {
   return op(_mm512_permutex2var_ps(a, lo, b), _mm512_permutex2var_ps(a, hi, b));
 }
 
 // One level of the tree over v[0 .. 2n), written back to v[0 .. n).
 template <int kLevel, typename Op>
-SNAPSERVE_AVX512F inline void fold_level(__m512* v, Op op) {
+SNAPSERVE_TARGET_AVX512F inline void fold_level(__m512* v, Op op) {
   const __m512i lo = _mm512_load_si512(kTreeIndex.lanes[kLevel][0]);
   const __m512i hi = _mm512_load_si512(kTreeIndex.lanes[kLevel][1]);
 #pragma GCC unroll 8
@@ -65,7 +66,7 @@ SNAPSERVE_AVX512F inline void fold_level(__m512* v, Op op) {
 // v[0..15] -> lane j = op over all 16 lanes of v[j]. Uses v as scratch; the
 // levels and loops are unrolled so that v stays in registers.
 template <typename Op>
-SNAPSERVE_AVX512F inline __m512 reduce_16(__m512* v, Op op) {
+SNAPSERVE_TARGET_AVX512F inline __m512 reduce_16(__m512* v, Op op) {
   fold_level<0>(v, op);
   fold_level<1>(v, op);
   fold_level<2>(v, op);
@@ -74,11 +75,13 @@ SNAPSERVE_AVX512F inline __m512 reduce_16(__m512* v, Op op) {
 }
 
 struct MaxOp {
-  SNAPSERVE_AVX512F __m512 operator()(__m512 a, __m512 b) const { return _mm512_max_ps(a, b); }
+  SNAPSERVE_TARGET_AVX512F __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_max_ps(a, b);
+  }
 };
 // Integer sums carried in float registers' bits: the permutes only move lanes.
 struct AddEpi32Op {
-  SNAPSERVE_AVX512F __m512 operator()(__m512 a, __m512 b) const {
+  SNAPSERVE_TARGET_AVX512F __m512 operator()(__m512 a, __m512 b) const {
     return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
   }
 };
@@ -86,7 +89,7 @@ struct AddEpi32Op {
 // One block's int8 values from x * inv, as quantize_blocks_portable rounds
 // and clamps them (the clamp comes first here; for values inside ±127 that is
 // the same, and outside both give ±127). Returns their sum's 16 partials.
-SNAPSERVE_AVX512F inline __m512i quantize_block(const float* xb, __m512 inv, int8_t* q) {
+SNAPSERVE_TARGET_AVX512F inline __m512i quantize_block(const float* xb, __m512 inv, int8_t* q) {
   const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   const __m512i q0 = _mm512_cvt_roundps_epi32(
@@ -98,19 +101,19 @@ SNAPSERVE_AVX512F inline __m512i quantize_block(const float* xb, __m512 inv, int
   return _mm512_add_epi32(q0, q1);
 }
 
-SNAPSERVE_AVX512F inline __m512 abs_max_partials(const float* xb) {
+SNAPSERVE_TARGET_AVX512F inline __m512 abs_max_partials(const float* xb) {
   return _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb)), _mm512_abs_ps(_mm512_loadu_ps(xb + 16)));
 }
 
 // scale = amax / 127 and inv = 1 / scale (0 where scale is 0), 16 blocks.
-SNAPSERVE_AVX512F inline void scales(__m512 amax, __m512* scale, __m512* inv) {
+SNAPSERVE_TARGET_AVX512F inline void scales(__m512 amax, __m512* scale, __m512* inv) {
   *scale = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
   const __mmask16 positive = _mm512_cmp_ps_mask(*scale, _mm512_setzero_ps(), _CMP_GT_OQ);
   *inv = _mm512_maskz_div_ps(positive, _mm512_set1_ps(1.0f), *scale);
 }
 
 // 16 consecutive blocks.
-SNAPSERVE_AVX512F void quantize_16_blocks(const float* x, int8_t* q, float* d, float* s) {
+SNAPSERVE_TARGET_AVX512F void quantize_16_blocks(const float* x, int8_t* q, float* d, float* s) {
   __m512 v[kTogether];
 #pragma GCC unroll 16
   for (int64_t j = 0; j < kTogether; ++j) v[j] = abs_max_partials(x + j * kDotBlock);
@@ -129,7 +132,7 @@ SNAPSERVE_AVX512F void quantize_16_blocks(const float* x, int8_t* q, float* d, f
 }
 
 // The last blocks, fewer than 16: one at a time.
-SNAPSERVE_AVX512F void quantize_one_block(const float* x, int8_t* q, float* d, float* s) {
+SNAPSERVE_TARGET_AVX512F void quantize_one_block(const float* x, int8_t* q, float* d, float* s) {
   __m512 scale, inv;
   scales(_mm512_set1_ps(_mm512_reduce_max_ps(abs_max_partials(x))), &scale, &inv);
   const __m512i sum = quantize_block(x, inv, q);
@@ -139,8 +142,8 @@ SNAPSERVE_AVX512F void quantize_one_block(const float* x, int8_t* q, float* d, f
 
 }  // namespace
 
-SNAPSERVE_AVX512F bool quantize_blocks_avx512(const float* x, int64_t blocks, int8_t* q, float* d,
-                                              float* s) {
+SNAPSERVE_TARGET_AVX512F bool quantize_blocks_avx512(const float* x, int64_t blocks, int8_t* q,
+                                                     float* d, float* s) {
   int64_t i = 0;
   for (; i + kTogether <= blocks; i += kTogether) {
     quantize_16_blocks(x + i * kDotBlock, q + i * kDotBlock, d + i, s + i);

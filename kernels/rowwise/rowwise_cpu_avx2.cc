@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/x86/exp_avx2.h"
+#include "kernels/cpu/x86/isa_target.h"
 #endif
 
 namespace snapserve::kernels::cpu {
@@ -18,15 +19,14 @@ namespace snapserve::kernels::cpu {
 namespace {
 
 // Eight floats from float32 or bfloat16 (widened exactly: the bits shifted up).
-__attribute__((target("avx2"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-__attribute__((target("avx2"))) inline __m256 load8(const uint16_t* p) {
+SNAPSERVE_TARGET_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+SNAPSERVE_TARGET_AVX2 inline __m256 load8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 template <typename T>
-__attribute__((target("avx2"))) void silu_mul_row(const T* gate, const T* up, int64_t n,
-                                                  float* out) {
+SNAPSERVE_TARGET_AVX2 void silu_mul_row(const T* gate, const T* up, int64_t n, float* out) {
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   int64_t i = 0;

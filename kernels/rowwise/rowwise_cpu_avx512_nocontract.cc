@@ -17,17 +17,18 @@
 #include <cmath>
 
 #include "kernels/cpu/x86/exp_avx512.h"
+#include "kernels/cpu/x86/isa_target.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
 
-SNAPSERVE_AVX512F inline __mmask16 first_lanes(int64_t count) {
+SNAPSERVE_TARGET_AVX512F inline __mmask16 first_lanes(int64_t count) {
   return count >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << count) - 1);
 }
 
 // Partials j (lanes of lo) and j + 8 (lanes of hi), then the portable tree.
-SNAPSERVE_AVX512F double sum_of_squares(const float* x, int64_t n) {
+SNAPSERVE_TARGET_AVX512F double sum_of_squares(const float* x, int64_t n) {
   __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -47,26 +48,25 @@ SNAPSERVE_AVX512F double sum_of_squares(const float* x, int64_t n) {
 }
 
 // -v exactly (the sign bit flipped; AVX512F has no float xor).
-SNAPSERVE_AVX512F inline __m512 negate(__m512 v, __m512i sign) {
+SNAPSERVE_TARGET_AVX512F inline __m512 negate(__m512 v, __m512i sign) {
   return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign));
 }
 
 // The gate's 16 lanes from float32 or bfloat16 (widened exactly: the bits
 // shifted up), and its products to float32 or bfloat16 (vcvtneps2bf16).
-SNAPSERVE_AVX512F inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-SNAPSERVE_AVX512F inline __m512 load16(const uint16_t* p) {
+SNAPSERVE_TARGET_AVX512F inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+SNAPSERVE_TARGET_AVX512F inline __m512 load16(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-SNAPSERVE_AVX512F inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-#define SNAPSERVE_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-SNAPSERVE_AVX512_BF16 inline void store16(uint16_t* p, __m512 v) {
+SNAPSERVE_TARGET_AVX512F inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+SNAPSERVE_TARGET_AVX512BF16 inline void store16(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                       __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(v)));
 }
 
 template <typename In, typename Out>
-SNAPSERVE_AVX512_BF16 void silu_mul_row(const In* gate, const In* up, int64_t n, Out* out) {
+SNAPSERVE_TARGET_AVX512BF16 void silu_mul_row(const In* gate, const In* up, int64_t n, Out* out) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
     store16(out + i, simd::silu_mul_avx512(load16(gate + i), load16(up + i)));
@@ -87,8 +87,8 @@ SNAPSERVE_AVX512_BF16 void silu_mul_row(const In* gate, const In* up, int64_t n,
 
 }  // namespace
 
-SNAPSERVE_AVX512F bool rms_norm_row_avx512(const float* x, const float* w, int64_t n, float eps,
-                                           float* out) {
+SNAPSERVE_TARGET_AVX512F bool rms_norm_row_avx512(const float* x, const float* w, int64_t n,
+                                                  float eps, float* out) {
   const __m512 scale = _mm512_set1_ps(rms_scale(sum_of_squares(x, n), n, eps));
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 k = first_lanes(n - j);
@@ -98,8 +98,8 @@ SNAPSERVE_AVX512F bool rms_norm_row_avx512(const float* x, const float* w, int64
   return true;
 }
 
-SNAPSERVE_AVX512_BF16 bool rms_norm_row_avx512bf16(const float* x, const float* w, int64_t n,
-                                                   float eps, uint16_t* out) {
+SNAPSERVE_TARGET_AVX512BF16 bool rms_norm_row_avx512bf16(const float* x, const float* w, int64_t n,
+                                                         float eps, uint16_t* out) {
   const __m512 scale = _mm512_set1_ps(rms_scale(sum_of_squares(x, n), n, eps));
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 k = first_lanes(n - j);
@@ -112,8 +112,9 @@ SNAPSERVE_AVX512_BF16 bool rms_norm_row_avx512bf16(const float* x, const float* 
 
 // x[i] * cos[i] + (-x[i + half]) * sin[i] and x[i + half] * cos[i + half] +
 // x[i] * sin[i + half], each product rounded, then the sum.
-SNAPSERVE_AVX512F bool rope_rotate_row_avx512(float* x, int64_t heads, int64_t head_stride,
-                                              int64_t d, const float* cos, const float* sin) {
+SNAPSERVE_TARGET_AVX512F bool rope_rotate_row_avx512(float* x, int64_t heads, int64_t head_stride,
+                                                     int64_t d, const float* cos,
+                                                     const float* sin) {
   const int64_t half = d / 2;
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   for (int64_t h = 0; h < heads; ++h) {

@@ -3,6 +3,7 @@
 #include "kernels/snapkv_select/snapkv_select_cpu_simd.h"
 
 #include "kernels/cpu/x86/exp_avx2.h"
+#include "kernels/cpu/x86/isa_target.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -13,16 +14,14 @@
 
 namespace snapserve::kernels::detail::avx2 {
 
-// Only "avx2", not "fma": without FMA instructions available the compiler
-// cannot contract the multiply and the add below into one rounding.
-#define SNAPSERVE_AVX2_NO_FMA __attribute__((target("avx2")))
-
+// SNAPSERVE_TARGET_AVX2, not an FMA set: without FMA instructions available
+// the compiler cannot contract the multiply and the add below into one rounding.
 namespace {
 
 // Rows [0, R) by one key tile: 2R accumulators, two loads and R broadcasts per
 // head-dim step.
 template <int R>
-SNAPSERVE_AVX2_NO_FMA void dot_tile_avx2(const float* q, const float* tile, int64_t d,
+SNAPSERVE_TARGET_AVX2 void dot_tile_avx2(const float* q, const float* tile, int64_t d,
                                          int64_t stride, float* logits) {
   __m256 lo[R], hi[R];
 #pragma GCC unroll 4
@@ -46,7 +45,7 @@ SNAPSERVE_AVX2_NO_FMA void dot_tile_avx2(const float* q, const float* tile, int6
 
 }  // namespace
 
-SNAPSERVE_AVX2_NO_FMA void dot_rows(const float* q, const float* tile, int64_t w, int64_t d,
+SNAPSERVE_TARGET_AVX2 void dot_rows(const float* q, const float* tile, int64_t w, int64_t d,
                                     int64_t stride, float* logits) {
   int64_t i = 0;
   for (; i + 4 <= w; i += 4) dot_tile_avx2<4>(q + i * d, tile, d, stride, logits + i * stride);
@@ -69,7 +68,7 @@ SNAPSERVE_AVX2_NO_FMA void dot_rows(const float* q, const float* tile, int64_t w
 
 // Scales row[0, len) by `scale`, replaces it with exp(x − max) and returns
 // the sum (eight partial sums, then the lanes in order, then the tail).
-SNAPSERVE_AVX2_NO_FMA float softmax_numerators(float* row, int64_t len, float scale) {
+SNAPSERVE_TARGET_AVX2 float softmax_numerators(float* row, int64_t len, float scale) {
   const int64_t len8 = len - len % 8;
   const __m256 vscale = _mm256_set1_ps(scale);
   __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());

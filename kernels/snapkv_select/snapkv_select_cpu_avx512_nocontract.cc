@@ -1,5 +1,6 @@
 // AVX-512 piece of the CPU SnapKV selection; see snapkv_select_cpu_simd.h and,
 // for the order of operations it must keep, snapkv_select_cpu.cc.
+#include "kernels/cpu/x86/isa_target.h"
 #include "kernels/snapkv_select/snapkv_select_cpu_simd.h"
 
 #if defined(__x86_64__)
@@ -10,8 +11,6 @@ namespace snapserve::kernels::detail::avx512 {
 // AVX-512F implies FMA to the compiler, so the multiply and the add below
 // stay two roundings only because this file is built with -ffp-contract=off
 // (kernels/CMakeLists.txt).
-#define SNAPSERVE_AVX512F __attribute__((target("avx512f")))
-
 namespace {
 
 static_assert(kTileKeys == 16, "one key tile is one 16-lane register");
@@ -19,8 +18,8 @@ static_assert(kTileKeys == 16, "one key tile is one 16-lane register");
 // Rows [0, R) by one key tile: R accumulators, one load and R broadcasts per
 // head-dim step.
 template <int R>
-SNAPSERVE_AVX512F void dot_tile(const float* q, const float* tile, int64_t d, int64_t stride,
-                                float* logits) {
+SNAPSERVE_TARGET_AVX512F void dot_tile(const float* q, const float* tile, int64_t d, int64_t stride,
+                                       float* logits) {
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -36,8 +35,8 @@ SNAPSERVE_AVX512F void dot_tile(const float* q, const float* tile, int64_t d, in
 }
 
 template <int R>
-SNAPSERVE_AVX512F void dot_tail(const float* q, const float* tile, int64_t rows, int64_t d,
-                                int64_t stride, float* logits) {
+SNAPSERVE_TARGET_AVX512F void dot_tail(const float* q, const float* tile, int64_t rows, int64_t d,
+                                       int64_t stride, float* logits) {
   if constexpr (R > 0) {
     if (rows == R) return dot_tile<R>(q, tile, d, stride, logits);
     dot_tail<R - 1>(q, tile, rows, d, stride, logits);
@@ -46,8 +45,8 @@ SNAPSERVE_AVX512F void dot_tail(const float* q, const float* tile, int64_t rows,
 
 }  // namespace
 
-SNAPSERVE_AVX512F void dot_rows(const float* q, const float* tile, int64_t w, int64_t d,
-                                int64_t stride, float* logits) {
+SNAPSERVE_TARGET_AVX512F void dot_rows(const float* q, const float* tile, int64_t w, int64_t d,
+                                       int64_t stride, float* logits) {
   constexpr int kRows = 8;
   int64_t i = 0;
   for (; i + kRows <= w; i += kRows) {

@@ -1,5 +1,6 @@
-// <immintrin.h> for the AVX-512 kernel files (x86-64 only), and the target
-// attribute of their plain AVX-512F functions. Internal to kernels/.
+// <immintrin.h> for the AVX-512 kernel files (x86-64 only), with the warnings
+// its masked intrinsics raise turned off. Internal to kernels/. Target
+// attributes: kernels/cpu/x86/isa_target.h.
 //
 // GCC 12's AVX-512 intrinsics pass an undefined "passthrough" vector to the
 // masked builtins, which -W(maybe-)uninitialized reports at every inlined
@@ -10,5 +11,3 @@
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define SNAPSERVE_AVX512F __attribute__((target("avx512f")))

@@ -13,10 +13,12 @@
 
 #include <cmath>
 
+#include "kernels/cpu/x86/isa_target.h"
+
 namespace snapserve::kernels::simd {
 
 // "avx2" without "fma": the polynomial's multiply-adds round twice, as written.
-__attribute__((target("avx2"))) inline __m256 exp_avx2(__m256 x) {
+SNAPSERVE_TARGET_AVX2 inline __m256 exp_avx2(__m256 x) {
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));

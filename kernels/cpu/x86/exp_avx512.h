@@ -9,6 +9,8 @@
 
 #include <cmath>
 
+#include "kernels/cpu/x86/isa_target.h"
+
 namespace snapserve::kernels::simd {
 
 // exp(x) for x <= 88 (scores minus their running max, which may lie up to
@@ -16,7 +18,7 @@ namespace snapserve::kernels::simd {
 // kernels/cpu/x86/exp_avx2.h with fused multiply-adds; exp(88) ~ 1.7e38 is still
 // finite. x below -87 is clamped there: exp(-87) ~ 1.6e-38 against a row sum
 // >= 1 is nothing a softmax weight can hold.
-__attribute__((target("avx512f,fma"))) inline __m512 exp_at_most_88_avx512(__m512 x) {
+SNAPSERVE_TARGET_AVX512F_FMA inline __m512 exp_at_most_88_avx512(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -47,8 +49,7 @@ __attribute__((target("avx512f,fma"))) inline __m512 exp_at_most_88_avx512(__m51
 // into t with one FMA. Any finite t <= 127: far below 0, scalef gives 0 or
 // a denormal.
 // Needs AVX512DQ (vreduceps), which every CPU with AVX512_BF16 has.
-__attribute__((target("avx512f,avx512dq,fma"))) inline __m512 exp2_for_bf16_weights_avx512(
-    __m512 t) {
+SNAPSERVE_TARGET_AVX512DQ_FMA inline __m512 exp2_for_bf16_weights_avx512(__m512 t) {
   // imm 0x09: keep 0 fraction bits, round down, no precision exception.
   const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   __m512 p = _mm512_set1_ps(0.013534885831177235f);
@@ -64,7 +65,7 @@ __attribute__((target("avx512f,avx512dq,fma"))) inline __m512 exp2_for_bf16_weig
 // -ffp-contract=off, kernels/CMakeLists.txt), so each lane has exp_avx2's
 // bits, libm's outside [-87, 88]. For the row kernels whose AVX2 and AVX-512
 // paths must agree bit for bit (the SwiGLU gate, kernels/rowwise/rowwise.h).
-__attribute__((target("avx512f"))) inline __m512 exp_avx512(__m512 x) {
+SNAPSERVE_TARGET_AVX512F inline __m512 exp_avx512(__m512 x) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
@@ -96,7 +97,7 @@ __attribute__((target("avx512f"))) inline __m512 exp_avx512(__m512 x) {
 // (kernels/rowwise/rowwise.h) lane for lane, where callers compile with
 // -ffp-contract=off. For the AVX-512 row and the AMX MLP's epilogue
 // (kernels/prefill_gemm/prefill_gemm_amx.h).
-__attribute__((target("avx512f"))) inline __m512 silu_mul_avx512(__m512 g, __m512 u) {
+SNAPSERVE_TARGET_AVX512F inline __m512 silu_mul_avx512(__m512 g, __m512 u) {
   const __m512 minus_g = _mm512_castsi512_ps(  // the sign bit flipped: exact
       _mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32(static_cast<int>(0x80000000u))));
   const __m512 e = exp_avx512(minus_g);
@@ -109,8 +110,7 @@ __attribute__((target("avx512f"))) inline __m512 silu_mul_avx512(__m512 g, __m51
 // error <= 2^-14): ~7e-5 relative in all, ~30 times below bfloat16's 2^-9,
 // in 11 instructions where silu_mul_avx512 takes ~30 and a division. For g
 // far below 0, exp(-g) overflows to infinity and the result is 0, as silu's.
-__attribute__((target("avx512f,avx512dq,fma"))) inline __m512 silu_mul_for_bf16_avx512(__m512 g,
-                                                                                       __m512 u) {
+SNAPSERVE_TARGET_AVX512DQ_FMA inline __m512 silu_mul_for_bf16_avx512(__m512 g, __m512 u) {
   constexpr float kMinusLog2e = -1.44269504088896341f;
   const __m512 e = exp2_for_bf16_weights_avx512(_mm512_mul_ps(g, _mm512_set1_ps(kMinusLog2e)));
   return _mm512_mul_ps(_mm512_mul_ps(g, u),

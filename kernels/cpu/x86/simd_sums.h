@@ -21,11 +21,13 @@ inline float lane_sum_portable(const float* p) {
 
 #include <cstdint>
 
+#include "kernels/cpu/x86/isa_target.h"
+
 namespace snapserve::kernels::simd {
 
 // The sum of the 8 lanes: (l0+l4, l1+l5, l2+l6, l3+l7), then pairs, then one
 // (the tree of lane_sum_portable).
-__attribute__((target("avx2"))) inline float lane_sum_avx2(__m256 v) {
+SNAPSERVE_TARGET_AVX2 inline float lane_sum_avx2(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -34,7 +36,7 @@ __attribute__((target("avx2"))) inline float lane_sum_avx2(__m256 v) {
 
 // Lane i of the result: the sum of the 8 lanes of a[i], for i < 8 (adjacent
 // pairs first: not lane_sum_avx2's tree, for kernels with no order to keep).
-__attribute__((target("avx2"))) inline __m256 sums_of_8(const __m256* a) {
+SNAPSERVE_TARGET_AVX2 inline __m256 sums_of_8(const __m256* a) {
   const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
   const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
   // Low 128 bits: a[0..3]'s lanes 0..3 summed; high: their lanes 4..7.
@@ -44,7 +46,7 @@ __attribute__((target("avx2"))) inline __m256 sums_of_8(const __m256* a) {
 }
 
 // The sum of the 16 lanes: lanes l and l + 8 first, then the AVX2 tree.
-__attribute__((target("avx512f,avx2"))) inline float lane_sum_avx512(__m512 v) {
+SNAPSERVE_TARGET_AVX512F_AVX2 inline float lane_sum_avx512(__m512 v) {
   const __m256 lo = _mm512_castps512_ps256(v);
   // Lanes 8..15 moved down to 0..7.
   const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE));
@@ -55,7 +57,7 @@ __attribute__((target("avx512f,avx2"))) inline float lane_sum_avx512(__m512 v) {
 // the same pairs as a one-vector tree (lane l + l+8, then + l+4, + l+2,
 // + l+1). Lanes are regrouped across vectors between the stages, so the
 // sixteen sums cost 15 vector adds (and 30 shuffles) instead of 64 scalar adds.
-__attribute__((target("avx512f,avx2"))) inline __m512 sums_of_16(const __m512* a) {
+SNAPSERVE_TARGET_AVX512F_AVX2 inline __m512 sums_of_16(const __m512* a) {
   // Work on v[4c + r] = a[4r + c]: the last stage then leaves a[i] in lane i.
   __m512 v[16];
 #pragma GCC unroll 4

@@ -1,7 +1,7 @@
 // Raw-pointer launchers of the decoder layer's row-wise steps on CUDA, each
 // one kernel where the LibTorch expressions take several launches: the
 // residual add fused with RMSNorm, RoPE on q and k in place, and the SwiGLU
-// gate (kernels/fused_rowwise.h checks tensors and calls these). No LibTorch
+// gate (kernels/fused/fused_cuda.cc checks tensors and calls these). No LibTorch
 // type crosses this header. Every launcher only enqueues on `stream`, never
 // synchronizes, and returns the launch error, if any. Arithmetic is float32
 // whatever the element type T (FloatType); 16-bit results are rounded once,

@@ -3,14 +3,14 @@
 so that a change to one of them can be measured on a noisy 2-core VM
 (a whole prefill's time varies by more than the change).
 
-- prompt attention (kernels/prefill_attention.h): the bfloat16 kernels (where
+- prompt attention (kernels/prefill_attention/prefill_attention.h): the bfloat16 kernels (where
   the CPU has AVX512_BF16: vdpbf16ps; and where it has AMX: tdpbf16ps), the
   float32 kernel (AVX-512F), and LibTorch's
   scaled_dot_product_attention as the model called it before (K and V
   repeated per query head, is_causal) for comparison; causal prompts of 1024
   and 2048 tokens, one layer; GFLOP/s count the causal half of q·kᵀ and p·v
   (2 · 2 · H · D · n(n+1)/2 flops).
-- paged decode attention (kernels/paged_attention.h): one decode step of
+- paged decode attention (kernels/paged_attention/paged_attention.h): one decode step of
   16 sequences over 1100 cached entries (W3's shape) and of 1 sequence over
   640 (W1's), all 30 layers, float32 and bfloat16 caches, laid out as the
   server's pool (scattered one-lane blocks, 2 MiB pages); GB/s count the
@@ -68,7 +68,7 @@ def prompt_kernels(ops):
 
 def huge_page_tensor(shape, dtype):
     """An empty tensor whose whole 2 MiB pages are advised MADV_HUGEPAGE
-    before the first write, as the server's KV pool (kernels/huge_pages.h)."""
+    before the first write, as the server's KV pool (kernels/cpu/huge_pages.h)."""
     t = torch.empty(shape, dtype=dtype)
     begin = t.data_ptr()
     end = begin + t.numel() * t.element_size()

@@ -35,11 +35,11 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import common as c  # noqa: E402
 
-# Bytes per 32 weights in the int8 panels (kernels/prefill_gemm_int8.h).
+# Bytes per 32 weights in the int8 panels (kernels/prefill_gemm/prefill_gemm_int8.h).
 NIBBLE_PANEL_TYPES = {"Q4_0", "Q4_1"}
 BYTE_PANEL_TYPES = {"Q5_0", "Q5_1", "Q8_0"}
 # Bytes per cached element; int8 adds a float32 scale per 16 values
-# (kernels/kv_append.h).
+# (kernels/kv_append/kv_append.h).
 KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1 + 4 / 16}
 DEFAULT_SERVER_ARGS = ("--quantized-dot=int8 --prefill-gemm=int8 --kv-cache-dtype=bfloat16 "
                        "--block-size=64")

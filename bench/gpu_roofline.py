@@ -18,7 +18,7 @@ One run on one GPU, in this order:
      >= 80 % of the copy rate;
 3. the attention kernels alone (the engine's lane layout, Llama 3.1 8B's
    heads: 8 KV heads of 128, 4 query heads each, bfloat16, 16-entry blocks):
-   the split-context kernel (kernels/split_decode_attention_cuda.h) with its
+   the split-context kernel (kernels/paged_attention/split_decode_attention_cuda.h) with its
    plan's partition size and with each fixed size, and the first CUDA kernel
    (one block per query head), each over enough layers' caches to exceed the
    L2 cache, replayed from a CUDA graph so launch cost is not timed;

@@ -1,4 +1,4 @@
-"""Benchmark: one layer's prompt products on AMX tiles (kernels/prefill_gemm_amx.h)
+"""Benchmark: one layer's prompt products on AMX tiles (kernels/prefill_gemm/prefill_gemm_amx.h)
 alone, on the default model's shapes (hidden 576, intermediate 1536, 9 + 2 x 3
 heads of 64), so that a change to the GEMM can be measured on a noisy 2-core VM
 (a whole prefill's time varies by more than the change):

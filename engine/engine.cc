@@ -28,7 +28,7 @@
 #include "engine/scheduler/model_executor.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace snapserve::engine {
 namespace {

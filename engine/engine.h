@@ -41,11 +41,11 @@ struct EngineOptions {
   QuantDot quantized_dot = QuantDot::kExact;
   // The GEMM of prompt chunks on CPU: float32 (the decoded model's numbers),
   // bfloat16 (native multiply-adds of bfloat16 pairs on AVX512_BF16 and AMX
-  // CPUs) or int8 (kernels/prefill_gemm.h, kernels/linear.h).
+  // CPUs) or int8 (kernels/prefill_gemm/prefill_gemm.h, kernels/linear/linear.h).
   PrefillGemm prefill_gemm = PrefillGemm::kFloat32;
   // Decode-sized batches on bfloat16 weights (CPU, --dtype=bfloat16):
   // float32 activations (weight-only bfloat16) or bfloat16 dot products
-  // (kernels/decode_dot.h).
+  // (kernels/linear/decode_dot.h).
   DecodeDot decode_dot = DecodeDot::kFloat32;
   int threads = 0;  // intra-op threads; 0: LibTorch's default
 

@@ -10,10 +10,10 @@
 #include <optional>
 #include <string>
 
-#include "kernels/decode_dot.h"
-#include "kernels/prefill_gemm.h"
-#include "kernels/quant_blocks.h"
-#include "kernels/snapkv_select.h"
+#include "kernels/linear/decode_dot.h"
+#include "kernels/prefill_gemm/prefill_gemm.h"
+#include "kernels/quant/quant_blocks.h"
+#include "kernels/snapkv_select/snapkv_select.h"
 
 namespace snapserve::engine {
 
@@ -36,7 +36,7 @@ using DecodeDot = kernels::DecodeDot;
 
 // A tensor element type: the model's weights and compute, the KV cache's
 // entries. kInt8 is for the KV cache only (CPU: int8 values with a float32
-// scale per 16, kernels/kv_append.h); no model computes in it.
+// scale per 16, kernels/kv_append/kv_append.h); no model computes in it.
 enum class Dtype { kFloat32, kBFloat16, kFloat16, kInt8 };
 
 // The KV cache dtype when none is chosen: the model's own (float32 keeps the

@@ -1,6 +1,6 @@
 #include "engine/precision.h"
 
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace snapserve::engine {
 namespace {

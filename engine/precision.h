@@ -39,7 +39,7 @@ struct PrecisionOverrides {
 // test.
 struct HardwareFacts {
   bool cuda = false;  // the model runs on a CUDA device
-  // CPU kernel paths (kernels/cpu_isa.h), under any SNAPSERVE_CPU_ISA cap.
+  // CPU kernel paths (kernels/cpu/cpu_isa.h), under any SNAPSERVE_CPU_ISA cap.
   const char* isa_name = "portable";
   bool avx2 = false;         // the AVX2 int8 block dot
   bool avx512 = false;       // AVX-512F: decode attention reads an int8 cache in place

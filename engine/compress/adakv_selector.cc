@@ -7,8 +7,8 @@
 #include <chrono>
 #include <limits>
 
-#include "kernels/snapkv_select.h"
-#include "kernels/snapkv_select_scores.h"
+#include "kernels/snapkv_select/snapkv_select.h"
+#include "kernels/snapkv_select/snapkv_select_scores.h"
 
 namespace snapserve::compress {
 

@@ -12,7 +12,7 @@
 
 #include "engine/common/status_or.h"
 #include "engine/engine_types.h"
-#include "kernels/snapkv_select.h"
+#include "kernels/snapkv_select/snapkv_select.h"
 
 namespace snapserve::compress {
 

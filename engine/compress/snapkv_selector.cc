@@ -4,8 +4,8 @@
 
 #include <chrono>
 
-#include "kernels/snapkv_select.h"
-#include "kernels/snapkv_select_scores.h"
+#include "kernels/snapkv_select/snapkv_select.h"
+#include "kernels/snapkv_select/snapkv_select_scores.h"
 
 namespace snapserve::compress {
 

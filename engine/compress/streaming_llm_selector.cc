@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
-#include "kernels/snapkv_select.h"
-#include "kernels/snapkv_select_scores.h"
+#include "kernels/snapkv_select/snapkv_select.h"
+#include "kernels/snapkv_select/snapkv_select_scores.h"
 
 namespace snapserve::compress {
 

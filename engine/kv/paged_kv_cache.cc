@@ -7,10 +7,10 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/fused_cuda.h"
-#include "kernels/huge_pages.h"
-#include "kernels/kv_append.h"
-#include "kernels/paged_attention.h"
+#include "kernels/cpu/huge_pages.h"
+#include "kernels/fused/fused_cuda.h"
+#include "kernels/kv_append/kv_append.h"
+#include "kernels/paged_attention/paged_attention.h"
 
 namespace snapserve::kv {
 
@@ -35,7 +35,7 @@ int64_t PagedKvCache::BytesPerBlock(const PagedKvCacheConfig& config) {
       /*num_layers=*/1, /*num_kv_heads=*/1, config.block_size, config.head_dim,
       static_cast<int64_t>(c10::elementSize(config.dtype)));
   if (config.dtype != at::kChar) return values;
-  // int8: a float32 scale per 16 values beside them (kernels/kv_append.h).
+  // int8: a float32 scale per 16 values beside them (kernels/kv_append/kv_append.h).
   return values + BlockPool::BytesPerBlock(1, 1, config.block_size,
                                            config.head_dim / kernels::kKvInt8Group,
                                            static_cast<int64_t>(sizeof(float)));
@@ -86,7 +86,7 @@ PagedKvCache::PagedKvCache(const PagedKvCacheConfig& config)
   storage_ = at::empty({2, config.num_blocks, 1, config.block_size, config.head_dim},
                        at::TensorOptions().dtype(config.dtype).device(config.device));
   // Before anything writes it: a decode step reads scattered blocks, and
-  // 2 MiB pages spare it a TLB miss per block (kernels/huge_pages.h).
+  // 2 MiB pages spare it a TLB miss per block (kernels/cpu/huge_pages.h).
   huge_pages_ = kernels::AdviseHugePages(storage_);
   if (config.prefault) storage_.zero_();
   key_cache_ = storage_[0];
@@ -386,14 +386,14 @@ at::Tensor PagedKvCache::DecodeAttention(const std::vector<int64_t>& seqs, int64
   // Lane rows: [B, G, d] -> [B * G, 1, d]; the G query heads of a GQA group
   // (h = g * group + j) become the query heads of lane row b * G + g.
   // A float32 query on CPU reads a low-precision cache directly (no rounding
-  // of q to the cache dtype; see kernels/paged_attention.h), and float32 K/V
-  // rows are rounded into it by the append itself (kernels/kv_append.h).
+  // of q to the cache dtype; see kernels/paged_attention/paged_attention.h), and float32 K/V
+  // rows are rounded into it by the append itself (kernels/kv_append/kv_append.h).
   const bool keep_q = q.is_cpu() && q.scalar_type() == at::kFloat;
   auto rows = [&](const at::Tensor& t) {
     const bool in_place = t.is_cpu() && t.scalar_type() == at::kFloat;
     return (in_place ? t : t.to(opts)).reshape({batch * heads, 1, d});
   };
-  // CUDA (kernels/fused_cuda.h): the rows are copied from where the qkv
+  // CUDA (kernels/fused/fused_cuda.h): the rows are copied from where the qkv
   // product left them, with no contiguous copy first, and a long context is
   // read by many thread blocks at once (split_decode_attention_cuda).
   const bool fused = q.is_cuda() && kernels::cuda_fused_enabled();
@@ -446,7 +446,7 @@ std::pair<at::Tensor, at::Tensor> PagedKvCache::GatherLane(int64_t seq, int64_t 
   };
   const int64_t d = config_.head_dim;
   if (config_.dtype != at::kChar) return {dense(key_cache_, d), dense(value_cache_, d)};
-  // int8: the values as they read back, float(q) · scale (kernels/kv_append.h).
+  // int8: the values as they read back, float(q) · scale (kernels/kv_append/kv_append.h).
   const int64_t groups = d / kernels::kKvInt8Group;
   auto widened = [&](const at::Tensor& cache, const at::Tensor& scales) {
     return (dense(cache, d).to(at::kFloat).view({n, groups, kernels::kKvInt8Group}) *

@@ -50,7 +50,7 @@ struct PagedKvCacheConfig {
   int32_t block_size = 16;
   int32_t num_blocks = 0;  // lane blocks (one layer and KV head each); see NumBlocksForBudget
   // float32, bfloat16, float16, or int8 (CPU: int8 values with a float32
-  // scale per 16, kernels/kv_append.h).
+  // scale per 16, kernels/kv_append/kv_append.h).
   at::ScalarType dtype = at::kFloat;
   c10::Device device = c10::Device(c10::kCPU);
   // Zero the cache at creation, so every page is resident from the start
@@ -139,7 +139,7 @@ class PagedKvCache : public model::KvStore {
   int32_t block_size() const { return config_.block_size; }
   const PagedKvCacheConfig& config() const { return config_; }
   // Whether the pool asked for 2 MiB pages and the kernel took the advice
-  // (CPU caches on Linux; kernels/huge_pages.h). Logged at startup.
+  // (CPU caches on Linux; kernels/cpu/huge_pages.h). Logged at startup.
   bool huge_pages() const { return huge_pages_; }
 
   // KvStore. Prefill appends the selected entries after whatever `seq` already

@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "kernels/quant_blocks.h"
+#include "kernels/quant/quant_blocks.h"
 
 namespace snapserve::model {
 namespace {

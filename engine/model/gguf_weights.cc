@@ -1,6 +1,6 @@
 #include "engine/model/gguf_weights.h"
 
-#include "kernels/quant_blocks.h"
+#include "kernels/quant/quant_blocks.h"
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -56,7 +56,7 @@ class GgufWeightSource : public WeightSource {
 
   // On CPU, a matrix in a supported block format stays in its blocks (copied
   // out of the mapping, rows un-permuted like the dense path): see
-  // kernels/quant_matrix.h. Anything else loads dense.
+  // kernels/quant/quant_matrix.h. Anything else loads dense.
   StatusOr<LinearWeight> LoadLinear(const std::string& hf_name, at::ScalarType dtype,
                                     at::Device device) override {
     auto t = Find(hf_name);

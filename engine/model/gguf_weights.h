@@ -1,6 +1,6 @@
 // GGUF -> the Hugging Face layout: the model config from `llama.*` metadata,
 // the tensors (on CPU, matrices in a block format stay in their blocks,
-// kernels/quant_matrix.h; everything else, and everything on CUDA, is
+// kernels/quant/quant_matrix.h; everything else, and everything on CUDA, is
 // dequantized to float32 once at load), tensor renaming (blk.N.attn_q ->
 // model.layers.N.self_attn.q_proj, ...), and undoing llama.cpp's q/k row permutation. The last
 // matters: llama.cpp's converter reorders each head's q/k rows so RoPE rotates adjacent pairs (2i,
@@ -25,7 +25,7 @@ namespace snapserve::model {
 StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& file);
 
 // float32 tensor in PyTorch order (GGUF dims reversed: [dims[n-1], ..., dims[0]]).
-// F32, F16, BF16 and the block formats of kernels/quant_blocks.h; other types
+// F32, F16, BF16 and the block formats of kernels/quant/quant_blocks.h; other types
 // are Unimplemented, naming the file, the tensor and the type.
 StatusOr<at::Tensor> DequantizeGgufTensor(const GgufTensorInfo& tensor, const std::string& path);
 

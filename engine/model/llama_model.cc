@@ -4,15 +4,15 @@
 #include <cmath>
 
 #include "engine/model/rope.h"
-#include "kernels/cpu_isa.h"
-#include "kernels/fused_cuda.h"
-#include "kernels/linear.h"
-#include "kernels/parallel_team.h"
-#include "kernels/prefill_attention.h"
-#include "kernels/prefill_gemm_amx.h"
-#include "kernels/prefill_gemm_int8.h"
-#include "kernels/quant_matrix.h"
-#include "kernels/rowwise.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/parallel_team.h"
+#include "kernels/fused/fused_cuda.h"
+#include "kernels/linear/linear.h"
+#include "kernels/prefill_attention/prefill_attention.h"
+#include "kernels/prefill_gemm/prefill_gemm_amx.h"
+#include "kernels/prefill_gemm/prefill_gemm_int8.h"
+#include "kernels/quant/quant_matrix.h"
+#include "kernels/rowwise/rowwise.h"
 
 namespace snapserve::model {
 
@@ -52,7 +52,7 @@ at::Tensor BFloat16Copy(const LinearWeight& w) {
   return at::cat(groups, 0);
 }
 
-// Whether every part of `w` has int8 panels (kernels/prefill_gemm_int8.h)
+// Whether every part of `w` has int8 panels (kernels/prefill_gemm/prefill_gemm_int8.h)
 // and this CPU runs them fast: without VNNI only their portable twin would,
 // and the AVX2 row kernel of quant_dot.h is faster there.
 bool HasInt8Panels(const LinearWeight& w) {
@@ -164,7 +164,7 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
   const bool prompt = x.size(0) > kernels::kLinearSmallRows;
   // Int8 panels: for prompts under --prefill-gemm=int8, for decode-sized
   // batches under --quantized-dot=int8. A row's bits do not depend on how
-  // many rows come with it (kernels/prefill_gemm_int8.h), so batching
+  // many rows come with it (kernels/prefill_gemm/prefill_gemm_int8.h), so batching
   // invariance holds on them.
   const std::vector<kernels::Int8Panels>& panels = w.panels_for(x.size(0));
   if (!panels.empty()) {
@@ -185,7 +185,7 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const 
     });
   }
   // CPU float32 compute (float32 or bfloat16 weights): the fixed-order kernel
-  // for decode-sized batches (kernels/linear.h); elsewhere LibTorch's.
+  // for decode-sized batches (kernels/linear/linear.h); elsewhere LibTorch's.
   const at::Tensor& d = w.dense;
   if (x.is_cpu() && x.scalar_type() == at::kFloat &&
       (d.scalar_type() == at::kFloat || d.scalar_type() == at::kBFloat16)) {
@@ -224,7 +224,7 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight,
     const bool bf16 = consumer != nullptr && TakesBFloat16(*consumer, x.size(0));
     return kernels::rms_norm(x, weight, config_.rms_norm_eps, bf16 ? at::kBFloat16 : at::kFloat);
   }
-  // CUDA: one kernel, the same formula and roundings (kernels/fused_cuda.h).
+  // CUDA: one kernel, the same formula and roundings (kernels/fused/fused_cuda.h).
   if (FusedCuda(x) && x.scalar_type() == at::kFloat && x.dim() == 2 && x.stride(1) == 1 &&
       weight.scalar_type() == compute_dtype_) {
     at::Tensor rows = x;  // read only: no delta to add
@@ -253,14 +253,14 @@ void LlamaModel::AddLinear(at::Tensor& h, const at::Tensor& x, const LinearWeigh
 
 void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& x) const {
   // The fused SwiGLU reads a bfloat16 GEMM product as it is: [m, 2 *
-  // intermediate], the layer's largest output (kernels/rowwise.h).
+  // intermediate], the layer's largest output (kernels/rowwise/rowwise.h).
   // When the down product runs on AMX tiles, which round their input to
-  // bfloat16, the gate writes it rounded so (kernels/rowwise.h): the same
+  // bfloat16, the gate writes it rounded so (kernels/rowwise/rowwise.h): the same
   // bits, half the bytes, and no conversion pass. (x itself may be bfloat16
   // for the same reason: RmsNorm.)
   if (FusedRowwise(h)) {
     // On AMX tiles both products and the gate run as one pass
-    // (kernels/prefill_gemm_amx.h, mlp_amx_add_): the same bits.
+    // (kernels/prefill_gemm/prefill_gemm_amx.h, mlp_amx_add_): the same bits.
     if (MlpInOnePass(h, l)) {
       return kernels::mlp_amx_add_(h, x.contiguous(), l.gate_up.prefill_amx, l.down.prefill_amx);
     }
@@ -343,7 +343,7 @@ at::Tensor LlamaModel::Rope(at::Tensor qk, const at::Tensor& cos, const at::Tens
     return qk;
   }
   // CUDA: in place, from the positions and inverse frequencies (the angles
-  // are cos/sin's, kernels/fused_rowwise_cuda.h).
+  // are cos/sin's, kernels/fused/fused_rowwise_cuda.h).
   if (FusedCuda(qk) && qk.stride(2) == 1) {
     kernels::rope_qk_cuda_(qk, positions, inv_freq_);
     return qk;
@@ -394,7 +394,7 @@ void LlamaModel::AddAttention(at::Tensor& h, const at::Tensor& q, const at::Tens
                               const LinearWeight& o_proj) const {
   const int64_t rows = q.size(1), D = config_.head_dim;
   // On AMX tiles the attention writes o_proj's input as the GEMM's bfloat16
-  // tiles (kernels/prefill_attention.h, prefill_attention_amx_packed): the
+  // tiles (kernels/prefill_attention/prefill_attention.h, prefill_attention_amx_packed): the
   // same bits as its float32 output packed by the GEMM, without that pass.
   if (LowPrecisionAttention(q, start) && kernels::has_prefill_attention_amx(D) &&
       TakesBFloat16(o_proj, rows) && h.is_contiguous() && h.scalar_type() == at::kFloat) {
@@ -419,9 +419,9 @@ at::Tensor LlamaModel::ChunkAttention(const at::Tensor& q, const at::Tensor& k, 
   };
   const bool window = InSlidingWindow(start, rows);
   // The lower prompt precisions (bfloat16, int8) cover attention's
-  // products too (kernels/prefill_attention.h): bfloat16 products on AMX
+  // products too (kernels/prefill_attention/prefill_attention.h): bfloat16 products on AMX
   // tiles, or by vdpbf16ps where the CPU multiplies those faster than
-  // float32 (kernels/cpu_isa.h, bf16_dot_outpaces_fma), else our float32
+  // float32 (kernels/cpu/cpu_isa.h, bf16_dot_outpaces_fma), else our float32
   // kernel. LibTorch's float32 flash attention stays for float32 prompts
   // (the exact path), other devices and Mistral's window.
   if (LowPrecisionAttention(q, start)) {
@@ -565,7 +565,7 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
     logits = Logits(h);
   };
   // ~150 short parallel loops: on one team of threads where every one of
-  // them is a snapserve kernel (kernels/parallel_team.h).
+  // them is a snapserve kernel (kernels/cpu/parallel_team.h).
   if (step_on_own_kernels_) {
     kernels::run_as_team(step);
   } else {

@@ -13,7 +13,7 @@
 //   removes the rounding of 30 layers' sums;
 // - on CPU a bfloat16 model is weight-only bfloat16: the matrices are stored
 //   in bfloat16 (half the memory and bandwidth of float32) and multiplied
-//   into float32 activations by kernels/linear.h; norms, attention,
+//   into float32 activations by kernels/linear/linear.h; norms, attention,
 //   SnapKV scoring and logits run in float32, and the KV cache keeps the
 //   model dtype. CPUs without bfloat16 arithmetic gain nothing from bfloat16
 //   activations, while their rounding costs accuracy. Measured on SmolLM2
@@ -40,8 +40,8 @@
 #include "engine/model/kv_store.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
-#include "kernels/decode_dot.h"
-#include "kernels/linear.h"
+#include "kernels/linear/decode_dot.h"
+#include "kernels/linear/linear.h"
 
 namespace snapserve::model {
 
@@ -74,23 +74,23 @@ class LlamaModel {
  public:
   LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType dtype, at::Device device);
 
-  // How decode-sized batches multiply GGUF blocks (kernels/linear.h): exact
+  // How decode-sized batches multiply GGUF blocks (kernels/linear/linear.h): exact
   // decoding (the default) or int8 block dot products.
   void set_quant_dot(kernels::QuantDot dot) { quant_dot_ = dot; }
   kernels::QuantDot quant_dot() const { return quant_dot_; }
   // How decode-sized batches multiply bfloat16 weights on CPU
-  // (kernels/decode_dot.h): float32 activations (the default) or bfloat16
+  // (kernels/linear/decode_dot.h): float32 activations (the default) or bfloat16
   // dot products.
   void set_decode_dot(kernels::DecodeDot dot) { decode_dot_ = dot; }
   kernels::DecodeDot decode_dot() const { return decode_dot_; }
   // Matrices the decode dot applies to: the layers' and the LM head's that
   // are dense bfloat16 on CPU (GGUF blocks and float32 matrices are not).
   int64_t bf16_dot_matrices() const;
-  // The GEMM of prompt-sized batches on CPU (kernels/prefill_gemm.h):
+  // The GEMM of prompt-sized batches on CPU (kernels/prefill_gemm/prefill_gemm.h):
   // float32 (the default), bfloat16 inputs with float32 accumulation, or
   // int8 products on GGUF legacy blocks. Call it after set_quant_dot: it
   // also makes what both need, on the calling thread:
-  // - int8 panels (kernels/prefill_gemm_int8.h) of the legacy-block
+  // - int8 panels (kernels/prefill_gemm/prefill_gemm_int8.h) of the legacy-block
   //   matrices: byte panels (1.1 bytes per weight) of the layers' under gemm
   //   kInt8, for prompts; under quant_dot kInt8, panels of the layers' and
   //   the LM head's for decode-sized batches, where they are the int8 dot's
@@ -148,7 +148,7 @@ class LlamaModel {
                      const LinearWeight* consumer = nullptr) const;
   // Whether `w` multiplies `rows` rows on AMX tiles (its bfloat16 tiles, no
   // int8 panels for that many rows): it rounds its input to bfloat16 first,
-  // so a producer may hand it bfloat16 (kernels/rowwise.h).
+  // so a producer may hand it bfloat16 (kernels/rowwise/rowwise.h).
   static bool TakesBFloat16(const LinearWeight& w, int64_t rows);
   // h += x · wᵀ (h the float32 residual rows): in the int8 panels' own
   // store where x's batch has panels (no intermediate tensor, no separate
@@ -165,8 +165,8 @@ class LlamaModel {
   const kernels::Int8Panels* SinglePanels(const at::Tensor& x, const LinearWeight& w) const;
   // Linear(RmsNorm(h, norm, &w), w), and AddMlp(h, l, RmsNorm(h, l.mlp_norm,
   // &l.gate_up)): on AMX tiles the norm runs as the GEMM packs h's rows
-  // (kernels/prefill_gemm_amx.h, AmxRowNorm), on int8 panels as the GEMM
-  // quantizes them, and the SwiGLU gate too (kernels/prefill_gemm_int8.h,
+  // (kernels/prefill_gemm/prefill_gemm_amx.h, AmxRowNorm), on int8 panels as the GEMM
+  // quantizes them, and the SwiGLU gate too (kernels/prefill_gemm/prefill_gemm_int8.h,
   // Int8Input): the same bits without the norm's and the gate's own passes
   // over the rows.
   at::Tensor NormedLinear(const at::Tensor& h, const at::Tensor& norm, const LinearWeight& w) const;
@@ -199,22 +199,22 @@ class LlamaModel {
                   const at::Tensor& positions) const;
   // Whether every product and row-wise step of a decode step runs in
   // snapserve's CPU kernels (all matrices GGUF blocks, float32 compute on
-  // CPU), so the step can run on one team of threads (kernels/parallel_team.h):
+  // CPU), so the step can run on one team of threads (kernels/cpu/parallel_team.h):
   // LibTorch's own parallel loops would run on one thread there.
   bool StepOnOwnKernels() const;
-  // CPU float32 compute: the row-wise steps run as fused kernels (kernels/rowwise.h).
+  // CPU float32 compute: the row-wise steps run as fused kernels (kernels/rowwise/rowwise.h).
   bool FusedRowwise(const at::Tensor& x) const {
     return x.is_cpu() && compute_dtype_ == at::kFloat && x.scalar_type() == at::kFloat;
   }
   // CUDA tensors: RMSNorm, RoPE and the SwiGLU gate run as single kernels
-  // (kernels/fused_cuda.h) unless SNAPSERVE_CUDA_FUSED=0.
+  // (kernels/fused/fused_cuda.h) unless SNAPSERVE_CUDA_FUSED=0.
   static bool FusedCuda(const at::Tensor& x);
   at::Tensor Embed(const std::vector<int32_t>& tokens) const;
   // Whether a chunk of `rows` queries from position `start` on reaches past
   // Mistral's sliding window.
   bool InSlidingWindow(int64_t start, int64_t rows) const;
   // Whether ChunkAttention takes the lower prompt precisions' kernels
-  // (kernels/prefill_attention.h) for queries q from position `start` on.
+  // (kernels/prefill_attention/prefill_attention.h) for queries q from position `start` on.
   bool LowPrecisionAttention(const at::Tensor& q, int64_t start) const;
   // h += o_proj(ChunkAttention(q, k, v, start)) (h the float32 residual rows).
   void AddAttention(at::Tensor& h, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -12,7 +12,7 @@
 #include "engine/model/gguf_weights.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_weights.h"
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace snapserve::model {
 namespace {

@@ -10,8 +10,8 @@
 #include <regex>
 
 #include "engine/common/bounded_text.h"
-#include "kernels/quant_matrix.h"
-#include "kernels/random_blocks.h"
+#include "kernels/quant/quant_matrix.h"
+#include "kernels/quant/random_blocks.h"
 
 namespace snapserve::model {
 namespace {

@@ -8,7 +8,7 @@
 //   preset  smollm2-135m, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, mistral-7b
 //   format  f32 | bf16 | f16 (dense) or q8_0 | q4_0 | q4_1 | q5_0 | q5_1 |
 //           q4_k | q5_k | q6_k (GGUF blocks, kept as blocks on CPU exactly
-//           like a GGUF file's, kernels/quant_matrix.h). Default q8_0.
+//           like a GGUF file's, kernels/quant/quant_matrix.h). Default q8_0.
 //   seed    an unsigned 64-bit integer, default 0.
 // Every matrix (embedding and LM head included) gets the format; norm weights
 // are 1.0. A K-quant needs rows of whole 256-element super-blocks; a matrix
@@ -19,7 +19,7 @@
 // Values: each tensor's generator is seeded by mix(seed, FNV-1a of its HF
 // name), then per chunk of the tensor (so the bytes do not depend on the
 // thread count): the same spec gives the same model, bit for bit. Dense
-// matrices are ~N(0, 0.02) (an Irwin-Hall approximation, kernels/random_blocks.h),
+// matrices are ~N(0, 0.02) (an Irwin-Hall approximation, kernels/quant/random_blocks.h),
 // rounded to the format and stored in the model dtype, as a GGUF F16 tensor
 // is. Block matrices are random bytes whose float16 scales are ~N(0, s), s
 // chosen per block type so that the decoded weights also have an RMS of ~0.02.
@@ -36,7 +36,7 @@
 #include "engine/common/status_or.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
-#include "kernels/quant_blocks.h"
+#include "kernels/quant/quant_blocks.h"
 
 namespace snapserve::model {
 

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/safetensors.h"
-#include "kernels/linear.h"
+#include "kernels/linear/linear.h"
 
 namespace snapserve::model {
 namespace {

@@ -16,8 +16,8 @@
 
 #include "engine/common/status_or.h"
 #include "engine/model/model_config.h"
-#include "kernels/prefill_gemm_int8.h"
-#include "kernels/quant_matrix.h"
+#include "kernels/prefill_gemm/prefill_gemm_int8.h"
+#include "kernels/quant/quant_matrix.h"
 
 namespace snapserve::model {
 
@@ -27,7 +27,7 @@ using LogFn = std::function<void(const std::string&)>;
 void LogToStderr(const std::string& line);
 
 // A matrix [rows, cols] of a linear layer (or the embedding): a dense tensor,
-// or, on CPU, GGUF blocks kept as the file stores them (kernels/quant_matrix.h).
+// or, on CPU, GGUF blocks kept as the file stores them (kernels/quant/quant_matrix.h).
 // Fused matrices (q/k/v, gate/up) whose parts have different block types,
 // as in llama.cpp's Q4_K_M mixes, keep one QuantMatrix per run of rows of one
 // type; the linear computes each and places its columns.
@@ -38,10 +38,10 @@ struct LinearWeight {
   // GEMMs under --prefill-gemm=bfloat16 (LlamaModel::set_prefill_gemm) so no
   // chunk decodes and rounds the weights again; undefined otherwise.
   at::Tensor prefill_bf16;
-  // The same rounding laid out as AMX tiles (kernels/prefill_gemm_amx.h),
+  // The same rounding laid out as AMX tiles (kernels/prefill_gemm/prefill_gemm_amx.h),
   // in place of prefill_bf16, where the CPU has AMX-BF16 and the shape fits.
   at::Tensor prefill_amx;
-  // Parts repacked for int8 products (kernels/prefill_gemm_int8.h), one per
+  // Parts repacked for int8 products (kernels/prefill_gemm/prefill_gemm_int8.h), one per
   // part, when every part's type has them (LlamaModel::set_prefill_gemm):
   // byte panels for prompts under --prefill-gemm=int8, and panels for
   // decode-sized batches under --quantized-dot=int8 (nibbles for 4-bit

@@ -57,9 +57,9 @@ def make_requests(pb2, ids_source):
 
 
 # The default path, and the fast ones (int8 block dots at decode, bfloat16
-# GEMMs and attention for prompts: kernels/prefill_attention.h, or int8
-# GEMMs: kernels/prefill_gemm_int8.h; bfloat16 dots at decode:
-# kernels/decode_dot.h), where a
+# GEMMs and attention for prompts: kernels/prefill_attention/prefill_attention.h, or int8
+# GEMMs: kernels/prefill_gemm/prefill_gemm_int8.h; bfloat16 dots at decode:
+# kernels/linear/decode_dot.h), where a
 # prompt's chunks may be cut differently alone and in a busy batch.
 PATHS = {"exact": [], "int8-bf16prefill": ["--quantized-dot=int8", "--prefill-gemm=bfloat16"],
          "int8-int8prefill": ["--quantized-dot=int8", "--prefill-gemm=int8"],

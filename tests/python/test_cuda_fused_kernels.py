@@ -1,4 +1,4 @@
-"""The fused CUDA kernels (kernels/fused_cuda.h, through torch.ops.snapserve.cuda_*)
+"""The fused CUDA kernels (kernels/fused/fused_cuda.h, through torch.ops.snapserve.cuda_*)
 against float64 references computed here in plain torch on the CPU: RMSNorm
 with the residual add, RoPE on q and k in place, the SwiGLU gate, the KV
 append into the paged cache's lanes, and the split-context paged decode
@@ -378,7 +378,7 @@ def test_split_attention_lane_layout(torch_ops, gen, dtype):
 @gpu
 @needs_cuda
 def test_split_attention_agrees_with_the_first_cuda_kernel(torch_ops, gen):
-    """The one-block-per-head kernel (kernels/paged_attention_cuda.cu) on the
+    """The one-block-per-head kernel (kernels/paged_attention/paged_attention_cuda.cu) on the
     same input: both within rounding of the reference, so within two output
     ulps of each other."""
     lens = random_lengths(gen, 16, longest=8000)

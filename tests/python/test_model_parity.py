@@ -236,7 +236,7 @@ def test_real_bfloat16_top1_agreement(torch_ops, real, model_path, long_fp32):
     assert agreement >= BF16_MIN_AGREEMENT, f"top-1 agreement {agreement:.4f}"
 
 
-# --decode-dot=bfloat16 (kernels/decode_dot.h): every decode step's linears
+# --decode-dot=bfloat16 (kernels/linear/decode_dot.h): every decode step's linears
 # take bfloat16 dot products (activations rounded to bfloat16, float32
 # accumulation), the issue's bfloat16 compute at decode, whose bar is 98 %.
 # Measured 0.9945 on these 2000 positions (an AMX Xeon); transformers' own
@@ -275,7 +275,7 @@ def test_real_bfloat16_dot_decode_top1_agreement(torch_ops, real, hf_model_dir, 
 # (0.9975) top-1 agree with transformers, max logit difference 0.34; the floor
 # leaves room for a few more near-ties on another CPU path.
 KV_BF16_MIN_AGREEMENT = 0.98
-# An int8 cache (kernels/kv_append.h: 16 values per float32 scale) rounds
+# An int8 cache (kernels/kv_append/kv_append.h: 16 values per float32 scale) rounds
 # keys and values to ~2^-8 of their group's largest value, coarser than
 # bfloat16's 2^-8 of each value: measured on an AMX Xeon, 393 of
 # 400 (0.9825) top-1 agree with transformers, max logit difference 0.65

@@ -205,7 +205,7 @@ def test_long_contexts_up_to_8192(torch_ops, q_dtype, cache_dtype):
 def test_a_sequence_reads_the_same_bits_alone_in_a_batch_and_on_any_thread_count(
         torch_ops, cache_dtype, block_size):
     # The CPU kernel cuts each context into spans of about 256 keys that the
-    # threads share, then merges them (kernels/paged_attention_cpu.cc): the
+    # threads share, then merges them (kernels/paged_attention/paged_attention_cpu.cc): the
     # span ends sit at fixed positions, so a sequence's output may not depend
     # on the sequences beside it or on the thread count (the engine's
     # batching invariance rests on this). Lengths around the span ends: 255,
@@ -377,7 +377,7 @@ def test_cuda_kv_append_round_trip(torch_ops, dtype):
     test_kv_append_then_attention_round_trip(torch_ops, dtype, device="cuda")
 
 
-# --kv-cache-dtype=int8 (kernels/kv_append.h): rows quantized per 16 values
+# --kv-cache-dtype=int8 (kernels/kv_append/kv_append.h): rows quantized per 16 values
 # with a float32 scale each.
 def quantize_int8_reference(x):
     """The stated rule in numpy, independently of the kernel: per group of 16,

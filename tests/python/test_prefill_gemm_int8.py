@@ -1,4 +1,4 @@
-"""The int8 panels GEMM on GGUF blocks (kernels/prefill_gemm_int8.h:
+"""The int8 panels GEMM on GGUF blocks (kernels/prefill_gemm/prefill_gemm_int8.h:
 --prefill-gemm=int8 for prompts, --quantized-dot=int8 for decode) against a
 float64 product of the weights as the `gguf` package decodes them, on random
 valid blocks of each legacy type; its VNNI kernel against its portable one,
@@ -144,7 +144,7 @@ def test_int8_panels_add_in_place_equals_torch_add(torch_ops, qtype):
 @pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0], ids=lambda t: t.name)
 def test_row_steps_in_the_quantization_are_the_separate_passes_bits(torch_ops, qtype):
     """The decoder layer's row-wise steps taken inside the GEMM's activation
-    quantization (Int8Input, kernels/prefill_gemm_int8.h) give the bits of
+    quantization (Int8Input, kernels/prefill_gemm/prefill_gemm_int8.h) give the bits of
     the separate pass followed by the GEMM: RMSNorm before qkv and gate_up
     (rms_norm's float32 rows), the SwiGLU gate before down (silu_mul's), on
     both paths and layouts, for row counts around the 8-row groups the

@@ -1,4 +1,4 @@
-"""GGUF block formats kept quantized (kernels/quant_blocks.h, quant_matrix.h)
+"""GGUF block formats kept quantized (kernels/quant/quant_blocks.h, quant_matrix.h)
 against the `gguf` package, the oracle: its gguf.quants.dequantize is what
 transformers loads GGUF files with.
 
@@ -102,7 +102,7 @@ INT8_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
 
 @pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
 def test_linear_int8_dot_vs_float64_reference(torch_ops, qtype):
-    """Int8 block dot products (kernels/quant_dot.h). Each activation block of
+    """Int8 block dot products (kernels/quant_dot/quant_dot.h). Each activation block of
     32 is replaced by d_x * q with |x - d_x q| <= d_x / 2, d_x = max|x_b| / 127,
     so |sum_j w_j (x_j - d_x q_j)| <= sum_b (max|x_b| / 254) * sum_{j in b} |w_j|.
     On top of that, float32 rounding of the per-block products and the sums:
@@ -281,7 +281,7 @@ def test_int8_decode_top1_agreement_with_transformers(torch_ops, mixed_model):
     assert agreement >= INT8_MIN_AGREEMENT, f"top-1 agreement {agreement:.4f}"
 
 
-# --prefill-gemm=bfloat16 (kernels/prefill_gemm.h): prompt-sized batches
+# --prefill-gemm=bfloat16 (kernels/prefill_gemm/prefill_gemm.h): prompt-sized batches
 # round x and the decoded weights to bfloat16 for oneDNN's GEMM, whose
 # outputs are rounded to bfloat16 too. Measured 0.971-0.975 on these 2048
 # tokens, depending on the CPU's attention kernel; transformers' own bfloat16
@@ -290,7 +290,7 @@ def test_int8_decode_top1_agreement_with_transformers(torch_ops, mixed_model):
 # costs here: the issue's 98 % bar for bfloat16 compute is not met, and the
 # exact preset keeps the float32 GEMM.
 #
-# --prefill-gemm=int8 (kernels/prefill_gemm_int8.h) rounds the linears'
+# --prefill-gemm=int8 (kernels/prefill_gemm/prefill_gemm_int8.h) rounds the linears'
 # activations to int8 per 32-block, as the int8 decode path does, on top of
 # the low-precision attention: measured 0.957-0.966, depending on the CPU's
 # attention kernel, and its floor is the int8 path's, 0.95.

@@ -63,7 +63,7 @@ def test_missing_model_fails_clearly(tmp_path):
 
 
 def test_bad_cpu_isa_fails_the_start_and_a_cap_is_logged(start_server, model_path):
-    """SNAPSERVE_CPU_ISA (kernels/cpu_isa.h) is checked when the model loads,
+    """SNAPSERVE_CPU_ISA (kernels/cpu/cpu_isa.h) is checked when the model loads,
     not at the first request; a valid cap shows in the startup log."""
     base = [str(SNAPSERVE), f"--model={model_path}", "--port=0", "--metrics-port=0"]
     env = dict(os.environ, SNAPSERVE_CPU_ISA="sse9")

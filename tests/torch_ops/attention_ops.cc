@@ -1,11 +1,11 @@
-// Exposes the prompt attention kernels (kernels/prefill_attention.h) as
+// Exposes the prompt attention kernels (kernels/prefill_attention/prefill_attention.h) as
 // torch.ops.snapserve.prefill_attention_bf16, prefill_attention_amx and
 // prefill_attention_f32 (and the AMX one followed by o_proj), for
 // bench/attention_kernels.py
 // (its time alone, without the model around it) and for pytest.
 #include <torch/library.h>
 
-#include "kernels/prefill_attention.h"
+#include "kernels/prefill_attention/prefill_attention.h"
 
 namespace {
 

@@ -16,8 +16,8 @@
 #include "engine/compress/adakv_selector.h"
 #include "engine/compress/snapkv_policy.h"
 #include "engine/compress/streaming_llm_selector.h"
-#include "kernels/snapkv_select.h"
-#include "kernels/snapkv_select_scores.h"
+#include "kernels/snapkv_select/snapkv_select.h"
+#include "kernels/snapkv_select/snapkv_select_scores.h"
 
 namespace {
 

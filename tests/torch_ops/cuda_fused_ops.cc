@@ -1,4 +1,4 @@
-// Exposes the fused CUDA kernels (kernels/fused_cuda.h) to pytest as
+// Exposes the fused CUDA kernels (kernels/fused/fused_cuda.h) to pytest as
 // torch.ops.snapserve.cuda_*, so tests/python/test_cuda_fused_kernels.py can
 // check them against float64 references. Outputs are arguments: the tests fill
 // them with NaN first, so an element a kernel forgets to write fails.
@@ -9,7 +9,7 @@
 
 #include <optional>
 
-#include "kernels/fused_cuda.h"
+#include "kernels/fused/fused_cuda.h"
 
 namespace {
 

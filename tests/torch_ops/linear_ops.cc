@@ -1,14 +1,14 @@
-// Torch ops for the CPU linear layer (kernels/linear.h) and the GGUF block
-// decoders (kernels/quant_blocks.h), so benchmarks and tests can drive them
+// Torch ops for the CPU linear layer (kernels/linear/linear.h) and the GGUF block
+// decoders (kernels/quant/quant_blocks.h), so benchmarks and tests can drive them
 // from Python against gguf-py and float64 references.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "kernels/linear.h"
-#include "kernels/prefill_gemm_amx.h"
-#include "kernels/prefill_gemm_int8.h"
-#include "kernels/quant_matrix.h"
-#include "kernels/rowwise.h"
+#include "kernels/linear/linear.h"
+#include "kernels/prefill_gemm/prefill_gemm_amx.h"
+#include "kernels/prefill_gemm/prefill_gemm_int8.h"
+#include "kernels/quant/quant_matrix.h"
+#include "kernels/rowwise/rowwise.h"
 
 namespace snapserve::kernels {
 namespace {
@@ -25,7 +25,7 @@ at::Tensor GgufDequantize(const at::Tensor& blocks, int64_t ggml_type, int64_t c
       make_quant_matrix(TypeOf(ggml_type), blocks.size(0), cols, blocks.contiguous(), "blocks"));
 }
 
-// dot: "exact" or "int8" (kernels/linear.h, QuantDot).
+// dot: "exact" or "int8" (kernels/linear/linear.h, QuantDot).
 at::Tensor LinearFloat32(const at::Tensor& x, const at::Tensor& w) { return linear_float32(x, w); }
 
 at::Tensor LinearQuantized(const at::Tensor& x, const at::Tensor& blocks, int64_t ggml_type,
@@ -36,7 +36,7 @@ at::Tensor LinearQuantized(const at::Tensor& x, const at::Tensor& blocks, int64_
       dot == "int8" ? QuantDot::kInt8 : QuantDot::kExact);
 }
 
-// The int8 prompt GEMM (kernels/prefill_gemm_int8.h) on `blocks`, packed
+// The int8 prompt GEMM (kernels/prefill_gemm/prefill_gemm_int8.h) on `blocks`, packed
 // per call (as nibbles when `nibbles`); isa: "portable" or "widest" (the VNNI
 // kernel where the CPU has it).
 Int8Panels PanelsOf(const at::Tensor& blocks, int64_t ggml_type, int64_t cols, bool nibbles) {
@@ -91,7 +91,7 @@ at::Tensor LinearInt8PanelsSiluAdd(at::Tensor out, const at::Tensor& gate_up,
   return out;
 }
 
-// The AMX prompt GEMM (kernels/prefill_gemm_amx.h) on w packed per call;
+// The AMX prompt GEMM (kernels/prefill_gemm/prefill_gemm_amx.h) on w packed per call;
 // w [n, k] is packed per call (or comes packed: 4-D); out: "float32",
 // "bfloat16" or "add" (h += x · wᵀ, returns h).
 at::Tensor LinearAmx(at::Tensor h, const at::Tensor& x, const at::Tensor& w,
@@ -106,7 +106,7 @@ at::Tensor LinearAmx(at::Tensor h, const at::Tensor& x, const at::Tensor& w,
   return linear_amx(x, packed, out == "float32" ? AmxOut::kFloat32 : AmxOut::kBFloat16);
 }
 
-// The AMX MLP in one pass (kernels/prefill_gemm_amx.h) on packed weights:
+// The AMX MLP in one pass (kernels/prefill_gemm/prefill_gemm_amx.h) on packed weights:
 // h += silu(gate) * up · downᵀ; returns h.
 at::Tensor MlpAmxAdd(at::Tensor h, const at::Tensor& x, const at::Tensor& gate_up,
                      const at::Tensor& down) {
@@ -169,12 +169,12 @@ TORCH_LIBRARY_FRAGMENT(snapserve, m) {
       "mlp_amx_normed_add_(Tensor(a!) h, Tensor norm_weight, float eps, Tensor gate_up, "
       "Tensor down) -> Tensor(a!)",
       &snapserve::kernels::MlpAmxNormedAdd);
-  // RMSNorm (kernels/rowwise.h), float32 or bfloat16 rows, for bench/ timing.
+  // RMSNorm (kernels/rowwise/rowwise.h), float32 or bfloat16 rows, for bench/ timing.
   m.def("rms_norm(Tensor x, Tensor w, float eps, bool bf16_out) -> Tensor",
         [](const at::Tensor& x, const at::Tensor& w, double eps, bool bf16) {
           return snapserve::kernels::rms_norm(x, w, eps, bf16 ? at::kBFloat16 : at::kFloat);
         });
-  // The SwiGLU gate (kernels/rowwise.h), for bench/ timing.
+  // The SwiGLU gate (kernels/rowwise/rowwise.h), for bench/ timing.
   m.def("silu_mul(Tensor gate_up, bool bf16_out) -> Tensor", [](const at::Tensor& g, bool bf16) {
     return snapserve::kernels::silu_mul(g, bf16 ? at::kBFloat16 : at::kFloat);
   });

@@ -20,8 +20,8 @@ namespace {
 // "float32", "bfloat16", "float16"; suffixes ":int8" (the int8 block dot
 // product for GGUF blocks, else exact decoding) and ":bf16gemm" (the
 // bfloat16 prefill GEMM) or ":int8gemm" (the int8 one), in that order
-// (kernels/prefill_gemm.h); ":bf16dot" (bfloat16 dot products at decode on
-// bfloat16 weights, kernels/decode_dot.h) anywhere after the dtype.
+// (kernels/prefill_gemm/prefill_gemm.h); ":bf16dot" (bfloat16 dot products at decode on
+// bfloat16 weights, kernels/linear/decode_dot.h) anywhere after the dtype.
 at::ScalarType ParseDtype(std::string s) {
   if (const auto colon = s.find(':'); colon != std::string::npos) s.resize(colon);
   if (s == "float32") return at::kFloat;

@@ -2,8 +2,8 @@
 // Python tests can check them against dense torch references.
 #include <torch/library.h>
 
-#include "kernels/kv_append.h"
-#include "kernels/paged_attention.h"
+#include "kernels/kv_append/kv_append.h"
+#include "kernels/paged_attention/paged_attention.h"
 
 namespace {
 
@@ -14,7 +14,7 @@ at::Tensor paged_decode_attention_op(const at::Tensor& q, const at::Tensor& key_
                                                     context_lens, scale);
 }
 
-// An int8 cache (kernels/kv_append.h) with its scales.
+// An int8 cache (kernels/kv_append/kv_append.h) with its scales.
 at::Tensor paged_decode_attention_int8_op(const at::Tensor& q, const at::Tensor& key_cache,
                                           const at::Tensor& key_scales,
                                           const at::Tensor& value_cache,

@@ -11,8 +11,8 @@
 #include <tuple>
 #include <utility>
 
-#include "kernels/snapkv_select.h"
-#include "kernels/snapkv_select_scores.h"
+#include "kernels/snapkv_select/snapkv_select.h"
+#include "kernels/snapkv_select/snapkv_select_scores.h"
 
 namespace {
 

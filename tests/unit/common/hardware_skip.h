@@ -1,6 +1,6 @@
 // The one way a unit test skips: for a CPU feature that the instruction-set
 // level in effect lacks (what the CPU has, capped by SNAPSERVE_CPU_ISA,
-// kernels/cpu_isa.h). Every such skip says "needs CPU feature <name>", which
+// kernels/cpu/cpu_isa.h). Every such skip says "needs CPU feature <name>", which
 // is what ctest's skip pattern and scripts/ctest-skips.py look for: `make
 // test-unit` lists these skips by name and fails on any other skip, so a test
 // must not skip for anything but the hardware under it.
@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace snapserve::test_support {
 
@@ -33,7 +33,7 @@ inline std::string CpuinfoField(const std::string& name) {
 }
 
 // The widest level this CPU has, whatever SNAPSERVE_CPU_ISA says, read
-// without kernels/cpu_isa.cc: the compiler's CPU model and /proc/cpuinfo.
+// without kernels/cpu/cpu_isa.cc: the compiler's CPU model and /proc/cpuinfo.
 inline kernels::CpuIsa CpuLevelWithoutCap() {
   using kernels::CpuIsa;
 #if defined(__x86_64__)
@@ -69,7 +69,7 @@ inline std::string MissingCpuFeatureReason(std::string_view feature) {
 
 // The feature a SNAPSERVE_CPU_ISA level needs beyond the one below it, and
 // whether this CPU has that level; an unknown name counts as present
-// (kernels/cpu_isa.cc refuses it, and cpu_isa_test checks that).
+// (kernels/cpu/cpu_isa.cc refuses it, and cpu_isa_test checks that).
 struct CapLevel {
   const char* feature;
   bool present;

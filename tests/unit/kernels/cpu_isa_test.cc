@@ -1,7 +1,7 @@
 // kernels/cpu_isa: the widest instruction set the CPU has, capped by
 // SNAPSERVE_CPU_ISA. tests/CMakeLists.txt runs this binary once per cap, so
 // this test also proves that those runs really take the narrower paths.
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/cpu_isa.h"
 
 #include <gtest/gtest.h>
 

@@ -1,14 +1,15 @@
-// The AVX-512 exps of the prompt attention's softmax (kernels/exp_avx512.h)
+// The AVX-512 exps of the prompt attention's softmax (kernels/cpu/x86/exp_avx512.h)
 // against libm's double-precision exp and exp2, over the range the softmax feeds them
 // (scores minus their shift: far below 0 up to the headroom, 8) and beyond.
-#include "kernels/exp_avx512.h"
+#include "kernels/cpu/x86/exp_avx512.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/x86/isa_target.h"
 #include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {
@@ -36,10 +37,10 @@ double MaxRelativeError(Exp exp16, double (*want_of)(double), float lo, float hi
   return worst;
 }
 
-__attribute__((target("avx512f,fma"))) void FullExp(const float* x, float* y) {
+SNAPSERVE_TARGET_AVX512F_FMA void FullExp(const float* x, float* y) {
   _mm512_storeu_ps(y, simd::exp_at_most_88_avx512(_mm512_loadu_ps(x)));
 }
-__attribute__((target("avx512f,avx512dq,fma"))) void Bf16WeightsExp2(const float* x, float* y) {
+SNAPSERVE_TARGET_AVX512DQ_FMA void Bf16WeightsExp2(const float* x, float* y) {
   _mm512_storeu_ps(y, simd::exp2_for_bf16_weights_avx512(_mm512_loadu_ps(x)));
 }
 double Exp(double x) { return std::exp(x); }

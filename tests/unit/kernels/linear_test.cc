@@ -2,7 +2,7 @@
 // against a float64 ATen linear over the same weight values, and the property
 // the engine relies on: a row's result is bit-identical whatever else is in
 // the batch.
-#include "kernels/linear.h"
+#include "kernels/linear/linear.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -73,7 +73,7 @@ TEST_P(LinearTest, RowResultIndependentOfBatch) {
 INSTANTIATE_TEST_SUITE_P(Weights, LinearTest, ::testing::Values(at::kFloat, at::kBFloat16),
                          [](const auto& info) { return std::string(c10::toString(info.param)); });
 
-// DecodeDot::kBFloat16 (kernels/decode_dot.h): x rounded to bfloat16 the way
+// DecodeDot::kBFloat16 (kernels/linear/decode_dot.h): x rounded to bfloat16 the way
 // ATen rounds (to nearest even), every product of two bfloat16 values exact,
 // sums in float32. So the float64 product of ATen's rounded x and the weights
 // is the reference, to float32 summation's tolerance; an activation rounded

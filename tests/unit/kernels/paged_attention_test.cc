@@ -1,6 +1,6 @@
 // Paged decode attention and KV append against a dense ATen reference: one
 // test body over every device and dtype present, each with its own tolerance.
-#include "kernels/paged_attention.h"
+#include "kernels/paged_attention/paged_attention.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/kv_append.h"
+#include "kernels/kv_append/kv_append.h"
 
 namespace snapserve::kernels {
 namespace {

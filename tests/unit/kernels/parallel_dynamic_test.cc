@@ -1,8 +1,8 @@
-// kernels/parallel_dynamic.h: every item runs exactly once, whatever the
+// kernels/cpu/parallel_dynamic.h: every item runs exactly once, whatever the
 // chunking, and a slow thread leaves its share (parallel_shares: its share's
 // tail) to the others. A "slow" thread here is one held until the other has
 // taken the work, so the outcome does not depend on timing.
-#include "kernels/parallel_dynamic.h"
+#include "kernels/cpu/parallel_dynamic.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
-// kernels/parallel_team.h: inside a team every loop's items run once each,
+// kernels/cpu/parallel_team.h: inside a team every loop's items run once each,
 // on the team's threads at once; loops nested in an item stay on its thread;
 // exceptions from the body or from any item end the team and propagate.
-#include "kernels/parallel_team.h"
+#include "kernels/cpu/parallel_team.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/parallel_dynamic.h"
+#include "kernels/cpu/parallel_dynamic.h"
 #include "tests/unit/kernels/two_threads_test_base.h"
 
 namespace snapserve::kernels {

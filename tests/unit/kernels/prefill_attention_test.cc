@@ -1,9 +1,9 @@
-// The prompt attention kernels (kernels/prefill_attention.h), bfloat16 (on
+// The prompt attention kernels (kernels/prefill_attention/prefill_attention.h), bfloat16 (on
 // AVX512_BF16 and on AMX tiles) and float32, against a float64 softmax attention over the same
 // operands (for the bfloat16 kernel, rounded to bfloat16 as it rounds them), on chunk shapes the
 // model produces: whole prompts, later chunks (fewer rows than keys), grouped-query heads, row and
 // key counts that are not multiples of the kernel's groups and tiles.
-#include "kernels/prefill_attention.h"
+#include "kernels/prefill_attention/prefill_attention.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -13,7 +13,7 @@
 #include <ostream>
 #include <string>
 
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {

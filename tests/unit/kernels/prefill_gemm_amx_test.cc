@@ -1,9 +1,9 @@
-// The AMX prompt GEMM (kernels/prefill_gemm_amx.h) against a float64 product
+// The AMX prompt GEMM (kernels/prefill_gemm/prefill_gemm_amx.h) against a float64 product
 // of the same bfloat16-rounded operands, on the model's shapes and on row
 // counts that are not multiples of its 32-row blocks; its three outputs
 // against each other; a row's bits against the rows beside it; the MLP in
 // one pass against its three; refusals.
-#include "kernels/prefill_gemm_amx.h"
+#include "kernels/prefill_gemm/prefill_gemm_amx.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -11,8 +11,8 @@
 
 #include <cmath>
 
-#include "kernels/cpu_isa.h"
-#include "kernels/rowwise.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/rowwise/rowwise.h"
 #include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {
@@ -60,7 +60,7 @@ TEST_F(PrefillGemmAmxTest, MatchesFloat64OnTheModelShapes) {
   }
 }
 
-// The SwiGLU gate's bfloat16 output (kernels/rowwise.h) is what the GEMM
+// The SwiGLU gate's bfloat16 output (kernels/rowwise/rowwise.h) is what the GEMM
 // makes of its float32 output: the down product's bits either way.
 TEST_F(PrefillGemmAmxTest, GateRoundedToBFloat16GivesTheFloat32InputsBits) {
   at::Tensor gate_up = at::randn({70, 2 * 1536}) * 4;

@@ -10,11 +10,11 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/linear.h"
-#include "kernels/quant_blocks.h"
-#include "kernels/quant_dot.h"
-#include "kernels/quant_matrix.h"
-#include "kernels/random_blocks.h"
+#include "kernels/linear/linear.h"
+#include "kernels/quant/quant_blocks.h"
+#include "kernels/quant/quant_matrix.h"
+#include "kernels/quant/random_blocks.h"
+#include "kernels/quant_dot/quant_dot.h"
 
 namespace snapserve::kernels {
 namespace {

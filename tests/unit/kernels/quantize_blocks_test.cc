@@ -1,10 +1,9 @@
-// The AVX-512 activation quantization (kernels/quant_dot_quantize_cpu_avx512.cc,
-// 16 blocks per reduction tree) against quantize_blocks_portable, bit for bit:
-// every block count around the tree's 16 (the tail goes one block at a time),
-// blocks of very different magnitudes side by side (each must keep its own
-// scale: a lane mix-up in the tree would show), all-zero blocks (scale 0,
-// all values 0) and values that land exactly half-way between two integers
-// (round half to even).
+// The AVX-512 activation quantization
+// (kernels/quant_dot/quant_dot_quantize_cpu_avx512_nocontract.cc, 16 blocks per reduction tree)
+// against quantize_blocks_portable, bit for bit: every block count around the tree's 16 (the tail
+// goes one block at a time), blocks of very different magnitudes side by side (each must keep its
+// own scale: a lane mix-up in the tree would show), all-zero blocks (scale 0, all values 0) and
+// values that land exactly half-way between two integers (round half to even).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -13,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu_isa.h"
-#include "kernels/quant_dot.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/quant_dot/quant_dot.h"
 #include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {

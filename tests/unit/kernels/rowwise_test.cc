@@ -2,7 +2,7 @@
 // float64 references and the LibTorch expressions they replace in the model,
 // and the property the engine relies on: a row's result does not depend on
 // the other rows of the call.
-#include "kernels/rowwise.h"
+#include "kernels/rowwise/rowwise.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -13,7 +13,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu_isa.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels {

@@ -1,4 +1,4 @@
-// The SIMD window logits of the CPU SnapKV scores (kernels/snapkv_select_cpu_simd.h)
+// The SIMD window logits of the CPU SnapKV scores (kernels/snapkv_select/snapkv_select_cpu_simd.h)
 // against the chain every path promises (snapkv_select_cpu.cc): for each key,
 // q[0]*k[0], then + q[1]*k[1], ... each product and each sum rounded to float.
 // Exact ties between identical keys rest on every path giving these bits.
@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu_isa.h"
-#include "kernels/snapkv_select_cpu_simd.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/snapkv_select/snapkv_select_cpu_simd.h"
 #include "tests/unit/common/hardware_skip.h"
 
 namespace snapserve::kernels::detail {

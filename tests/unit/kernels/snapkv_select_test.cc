@@ -1,7 +1,7 @@
 // kernels/snapkv_select on tiny cases whose answers are derived by hand below,
 // plus the argument checks. The big randomized comparison against the
 // independent Python reference lives in tests/python/test_snapkv_reference.py.
-#include "kernels/snapkv_select.h"
+#include "kernels/snapkv_select/snapkv_select.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>

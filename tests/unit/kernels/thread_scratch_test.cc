@@ -1,6 +1,6 @@
-// kernels/thread_scratch.h: what a thread's slots reuse, and what they hand
+// kernels/cpu/thread_scratch.h: what a thread's slots reuse, and what they hand
 // out afresh.
-#include "kernels/thread_scratch.h"
+#include "kernels/cpu/thread_scratch.h"
 
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>

@@ -311,7 +311,7 @@ TEST(PagedKvCacheTest, BudgetAndBadConfigs) {
   EXPECT_EQ(PagedKvCache::Create(c).status().code(), StatusCode::kInvalidArgument);
 }
 
-// --kv-cache-dtype=int8 (kernels/kv_append.h): a lane block holds 16-value
+// --kv-cache-dtype=int8 (kernels/kv_append/kv_append.h): a lane block holds 16-value
 // groups of int8 with a float32 scale each; what Gather reads back is the
 // prompt's K and V within half a step of each group's scale, and a decode
 // step attends over it like the dense store over the original values, up to

@@ -6,7 +6,7 @@
 
 #include "engine/model/dense_kv_store.h"
 #include "engine/model/llama_model.h"
-#include "kernels/quant_matrix.h"
+#include "kernels/quant/quant_matrix.h"
 
 namespace snapserve::model {
 namespace {

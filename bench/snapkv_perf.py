@@ -60,7 +60,7 @@ def kv_bytes(entries, info):
 def timing(args, lengths, repeats):
     runs, kvrows = [], []
     with c.Server([f"--kv-cache-memory={args.kv_cache_memory}", f"--threads={args.threads}",
-                   f"--snapkv-capacity={args.capacity}"], "snapkv-perf") as s:
+                   f"--kv-capacity={args.capacity}"], "snapkv-perf") as s:
         info = s.model_info()
         c.corpus_ids(s)
         c.stream_one(s.stub, c.make_request(c.prompt_ids(s, 64), 2))  # warm-up
@@ -109,7 +109,7 @@ def memory(args, n):
     out = []
     for method in ("none", "snapkv"):
         with c.Server([f"--kv-cache-memory={args.kv_cache_memory}", f"--threads={args.threads}",
-                       f"--snapkv-capacity={args.capacity}"], f"snapkv-mem-{method}") as s:
+                       f"--kv-capacity={args.capacity}"], f"snapkv-mem-{method}") as s:
             info = s.model_info()
             ids = c.prompt_ids(s, n, offset=3)
             c.stream_one(s.stub, c.make_request(c.prompt_ids(s, 64, offset=7), 2, method))

@@ -15,7 +15,7 @@
 
 #include "engine/common/bounded_text.h"
 #include "engine/common/reusing_cpu_allocator.h"
-#include "engine/compress/snapkv_policy.h"
+#include "engine/compress/compression_policy.h"
 #include "engine/kv/document_cache.h"
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/kv/prefix_cache.h"

@@ -59,7 +59,7 @@ struct Device {
 enum class FinishReason { kUnspecified, kLength, kEos, kStopSequence, kStopToken };
 
 // A compression configuration with every field set: the server's defaults,
-// and a request's after its overrides are merged in (compress/snapkv_policy.h).
+// and a request's after its overrides are merged in (compress/compression_policy.h).
 // Each method reads only its own fields (C is every method's).
 struct KvCompressionConfig {
   KvMethod method = KvMethod::kSnapKv;

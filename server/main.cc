@@ -251,5 +251,7 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   InitLogging(parsed.config.log_level);
+  for (const std::string& w : parsed.warnings)
+    LogEvent("warn", "deprecated_flag", {{"message", w}});
   return Run(parsed.config);
 }

@@ -361,15 +361,14 @@ const std::vector<FlagGroup>& FlagGroups() {
             [](const ServerConfig& c) {
               return std::string(engine::kv_method_name(c.engine.default_kv_compression.method));
             }},
-           {"snapkv-window",
-            "observation window w of the scored methods (SnapKV, AdaKV, PyramidKV)",
+           {"kv-window", "observation window w of the scored methods (SnapKV, AdaKV, PyramidKV)",
             [](ServerConfig& c, const std::string& v) {
               return SetInt(c.engine.default_kv_compression.window, v, 1, 1 << 20);
             },
             [](const ServerConfig& c) {
               return std::to_string(c.engine.default_kv_compression.window);
             }},
-           {"snapkv-capacity",
+           {"kv-capacity",
             "prompt entries kept per layer and KV head, C (every method; window included)",
             [](ServerConfig& c, const std::string& v) {
               return SetInt(c.engine.default_kv_compression.capacity, v, 2, 1 << 24);
@@ -467,6 +466,25 @@ const std::vector<FlagGroup>& FlagGroups() {
   return groups;
 }
 
+// Flags renamed for what they are: the old name still works, with a
+// deprecation warning (ParseResult::warnings) for each use.
+constexpr std::pair<const char*, const char*> kRenamedFlags[] = {
+    {"snapkv-window", "kv-window"},
+    {"snapkv-capacity", "kv-capacity"},
+};
+
+// The current name of flag `name`: itself, or what it was renamed to.
+std::string CurrentFlagName(const std::string& name) {
+  for (const auto& [old_name, new_name] : kRenamedFlags) {
+    if (name == old_name) return new_name;
+  }
+  return name;
+}
+
+std::string Deprecation(const std::string& old_name, const std::string& new_name) {
+  return old_name + " is deprecated: use " + new_name;
+}
+
 const FlagSpec* FindFlag(const std::string& name) {
   for (const FlagGroup& g : FlagGroups()) {
     for (const FlagSpec& f : g.flags) {
@@ -486,14 +504,14 @@ std::string CheckConsistency(const ServerConfig& c) {
     return "--snapkv-kernel must be odd, got " +
            std::to_string(c.engine.default_kv_compression.kernel_size);
   if (c.engine.default_kv_compression.window >= c.engine.default_kv_compression.capacity) {
-    return "--snapkv-window must be less than --snapkv-capacity (" +
+    return "--kv-window must be less than --kv-capacity (" +
            std::to_string(c.engine.default_kv_compression.window) +
            " >= " + std::to_string(c.engine.default_kv_compression.capacity) + ")";
   }
   // Checked whatever the default method: a request choosing StreamingLLM
   // takes these defaults too.
   if (c.engine.default_kv_compression.sink_tokens >= c.engine.default_kv_compression.capacity) {
-    return "--kv-sink-tokens must be less than --snapkv-capacity (" +
+    return "--kv-sink-tokens must be less than --kv-capacity (" +
            std::to_string(c.engine.default_kv_compression.sink_tokens) +
            " >= " + std::to_string(c.engine.default_kv_compression.capacity) + ")";
   }
@@ -661,6 +679,16 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
       return {r.config, true, 2, std::string(otel) + ": " + err};
     }
   }
+  // A renamed flag's old variable, below its new one.
+  for (const auto& [old_name, new_name] : kRenamedFlags) {
+    const std::string old_env = EnvName(old_name);
+    const char* env = getenv_fn(old_env.c_str());
+    if (env == nullptr) continue;
+    r.warnings.push_back(Deprecation(old_env, EnvName(new_name)));
+    if (std::string err = FindFlag(new_name)->set(r.config, env); !err.empty()) {
+      return {r.config, true, 2, old_env + ": " + err};
+    }
+  }
   for (const FlagGroup& g : FlagGroups()) {
     for (const FlagSpec& f : g.flags) {
       const char* env = getenv_fn(EnvName(f.name).c_str());
@@ -688,6 +716,10 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
       return {r.config, true, 2, "--" + Bounded(name) + ": missing value"};
     }
     for (char& ch : name) ch = ch == '_' ? '-' : ch;  // --kv_cache_memory works too
+    if (const std::string current = CurrentFlagName(name); current != name) {
+      r.warnings.push_back(Deprecation("--" + name, "--" + current));
+      name = current;
+    }
     const FlagSpec* f = FindFlag(name);
     if (f == nullptr)
       return {r.config, true, 2, "unknown flag --" + Bounded(name) + " (see --help)"};

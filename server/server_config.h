@@ -59,6 +59,9 @@ struct ParseResult {
   bool exit = false;
   int exit_code = 0;
   std::string message;
+  // Deprecated flag or variable names used (each still took effect), one
+  // line each, for the log.
+  std::vector<std::string> warnings;
 };
 
 // Parses argv (and SNAPSERVE_* environment variables through `getenv`).

@@ -14,7 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "engine/compress/snapkv_policy.h"
+#include "engine/compress/compression_policy.h"
 #include "engine/compress/snapkv_selector.h"
 #include "engine/kv/paged_kv_cache.h"
 

@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/compress/snapkv_policy.h"
+#include "engine/compress/compression_policy.h"
 #include "engine/kv/paged_kv_cache.h"
 
 namespace snapserve::compress {

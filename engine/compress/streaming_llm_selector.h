@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "engine/compress/snapkv_policy.h"
+#include "engine/compress/compression_policy.h"
 #include "engine/compress/snapkv_selector.h"
 #include "engine/kv/paged_kv_cache.h"
 

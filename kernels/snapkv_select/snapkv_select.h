@@ -6,7 +6,7 @@
 //
 // This header is deliberately light: it forward-declares at::Tensor (and
 // SnapKvScores, defined in kernels/snapkv_select/snapkv_select_scores.h) instead of including
-// ATen, so engine/compress/snapkv_policy.h (which the request path includes for
+// ATen, so engine/compress/compression_policy.h (which the request path includes for
 // the enums) stays free of LibTorch headers. Callers of the functions include
 // <ATen/core/Tensor.h> themselves; callers of snapkv_scores include
 // kernels/snapkv_select/snapkv_select_scores.h.

@@ -79,7 +79,7 @@ def test_greedy_output_is_the_same_alone_and_batched(start_server, model_path, p
     # of the model (GGUF matrices stay in their blocks).
     model = request.getfixturevalue("hf_model_dir") if path == "bf16-compute" else model_path
     server = start_server([f"--model={model}", "--max-batch-size=32", "--max-queue=64",
-                           "--snapkv-capacity=512", "--snapkv-window=32", *(PATHS[path] or [])],
+                           "--kv-capacity=512", "--kv-window=32", *(PATHS[path] or [])],
                           precision=None if PATHS[path] is None else "exact")
     with grpc.insecure_channel(server.target) as channel:
         stub = pb2_grpc.GenerationStub(channel)

@@ -62,8 +62,8 @@ def test_logs_insights_queries_over_real_log_lines(start_server, model_path, pb)
     compression query sees exactly the compressed requests (a `kv_cache_compressed`
     line each, with the Usage the client got), the latency query every call."""
     pb2, pb2_grpc = pb
-    server = start_server([f"--model={model_path}", f"--snapkv-capacity={SNAPKV_CAPACITY}",
-                           f"--snapkv-window={SNAPKV_WINDOW}"])
+    server = start_server([f"--model={model_path}", f"--kv-capacity={SNAPKV_CAPACITY}",
+                           f"--kv-window={SNAPKV_WINDOW}"])
     stop = pb2.StoppingCriteria(max_new_tokens=2, ignore_eos=True)
     with grpc.insecure_channel(server.target) as ch:
         stub = pb2_grpc.GenerationStub(ch)

@@ -112,8 +112,8 @@ def prometheus_for(tmp_path):
 
 def test_prometheus_scrapes_what_was_sent(start_server, model_path, pb, prometheus_for):
     pb2, pb2_grpc = pb
-    server = start_server([f"--model={model_path}", f"--snapkv-capacity={CAPACITY}",
-                           f"--snapkv-window={WINDOW}"])
+    server = start_server([f"--model={model_path}", f"--kv-capacity={CAPACITY}",
+                           f"--kv-window={WINDOW}"])
     prom = prometheus_for(server.metrics_port)
     prom.wait_value('up{job="snapserve"}', 1)
 

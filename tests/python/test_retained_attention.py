@@ -47,7 +47,7 @@ ABS_TOL = 0.005
 
 @pytest.fixture(scope="module")
 def server(start_module_server, model_path):
-    return start_module_server([f"--model={model_path}", f"--snapkv-window={WINDOW}",
+    return start_module_server([f"--model={model_path}", f"--kv-window={WINDOW}",
                                 f"--snapkv-kernel={KERNEL}", "--snapkv-pooling=max",
                                 "--default-kv-method=snapkv"])
 

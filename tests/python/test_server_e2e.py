@@ -51,7 +51,7 @@ LONG_PROMPT = ("Snapserve compresses the key value cache of each prompt before d
 def server(model_path):
     s = SnapserveProcess([
         f"--model={model_path}",
-        f"--snapkv-capacity={SNAPKV_CAPACITY}", f"--snapkv-window={SNAPKV_WINDOW}",
+        f"--kv-capacity={SNAPKV_CAPACITY}", f"--kv-window={SNAPKV_WINDOW}",
         f"--kv-cache-memory={KV_CACHE_BYTES}", f"--block-size={BLOCK_SIZE}",
         f"--max-batch-size={MAX_BATCH}", f"--max-queue={MAX_QUEUE}",
         f"--max-new-tokens-limit={MAX_NEW_LIMIT}", f"--default-max-new-tokens={DEFAULT_MAX_NEW}",
@@ -243,7 +243,7 @@ def test_snapkv_through_the_api(stub, pb):
             request.kv_compression.CopyFrom(kv)
         return stub.Generate(request, timeout=120).usage
 
-    # Server defaults (--snapkv-capacity / --snapkv-window).
+    # Server defaults (--kv-capacity / --kv-window).
     u = run()
     assert (u.kv_prompt_entries, u.kv_kept_entries) == (n, SNAPKV_CAPACITY)
     assert u.compression_ratio == pytest.approx(n / SNAPKV_CAPACITY, rel=1e-6)

@@ -35,8 +35,8 @@ def test_help_lists_every_flag_with_its_environment_variable():
     out = subprocess.run([str(SNAPSERVE), "--help"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0
     for flag in ["--model", "--port", "--metrics-port", "--metrics-host", "--kv-cache-memory",
-                 "--max-queue", "--shutdown-grace", "--tls-cert", "--snapkv-capacity",
-                 "--snapkv-window", "--auth-token-file"]:
+                 "--max-queue", "--shutdown-grace", "--tls-cert", "--kv-capacity",
+                 "--kv-window", "--auth-token-file"]:
         assert flag + "=" in out.stdout, flag
     assert "SNAPSERVE_KV_CACHE_MEMORY" in out.stdout
 
@@ -45,7 +45,7 @@ def test_help_lists_every_flag_with_its_environment_variable():
     (["--bogus=1"], "unknown flag --bogus"),
     (["--port=70000"], "--port"),
     (["--snapkv-kernel=4"], "odd"),
-    (["--snapkv-window=64", "--snapkv-capacity=32"], "--snapkv-window"),
+    (["--kv-window=64", "--kv-capacity=32"], "--kv-window"),
     (["--kv-cache-memory=lots"], "--kv-cache-memory"),
     (["--tls-cert=/x.pem"], "--tls-key"),
 ])

@@ -45,7 +45,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def server(start_module_server, model_path):
-    return start_module_server([f"--model={model_path}", "--snapkv-capacity=1024",
+    return start_module_server([f"--model={model_path}", "--kv-capacity=1024",
                                 "--default-kv-method=snapkv"])
 
 

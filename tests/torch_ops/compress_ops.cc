@@ -3,7 +3,7 @@
 // server installs for a StreamingLLM request (engine/compress/
 // streaming_llm_selector.h), adakv_select AdaKV's selection from SnapKV's
 // scores (adakv_selector.h) and pyramid_layer_budgets PyramidKV's budgets
-// (snapkv_policy.h), so what they keep can be compared with kvpress and with
+// (compression_policy.h), so what they keep can be compared with kvpress and with
 // the Python references.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/compress/adakv_selector.h"
-#include "engine/compress/snapkv_policy.h"
+#include "engine/compress/compression_policy.h"
 #include "engine/compress/streaming_llm_selector.h"
 #include "kernels/snapkv_select/snapkv_select.h"
 #include "kernels/snapkv_select/snapkv_select_scores.h"

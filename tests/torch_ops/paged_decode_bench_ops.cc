@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/compress/snapkv_policy.h"
+#include "engine/compress/compression_policy.h"
 #include "engine/compress/snapkv_selector.h"
 #include "engine/kv/paged_kv_cache.h"
 #include "engine/model/llama_model.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/compress/adakv_selector.h"
-#include "engine/compress/snapkv_policy.h"
+#include "engine/compress/compression_policy.h"
 
 namespace snapserve::compress {
 namespace {

@@ -4,8 +4,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "engine/compress/compression_policy.h"
 #include "engine/compress/keydiff_selector.h"
-#include "engine/compress/snapkv_policy.h"
 
 namespace snapserve::compress {
 namespace {

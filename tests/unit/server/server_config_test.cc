@@ -259,15 +259,37 @@ TEST(ServerConfigTest, BadValuesNameTheFlag) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.message.find("SNAPSERVE_DEVICE"), std::string::npos) << r.message;
 
-  r = Parse({"--snapkv-window=32", "--snapkv-capacity=32"});
+  r = Parse({"--kv-window=32", "--kv-capacity=32"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.message.find("--snapkv-window"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("--kv-window"), std::string::npos) << r.message;
 
   // Whatever the default method: a request may choose StreamingLLM.
-  r = Parse({"--kv-sink-tokens=64", "--snapkv-window=8", "--snapkv-capacity=64"});
+  r = Parse({"--kv-sink-tokens=64", "--kv-window=8", "--kv-capacity=64"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.message, "--kv-sink-tokens must be less than --snapkv-capacity (64 >= 64)");
+  EXPECT_EQ(r.message, "--kv-sink-tokens must be less than --kv-capacity (64 >= 64)");
   EXPECT_EQ(Parse({"--kv-sink-tokens=0"}).config.engine.default_kv_compression.sink_tokens, 0);
+}
+
+TEST(ServerConfigTest, RenamedFlagsKeepTheirOldNamesWithAWarning) {
+  ParseResult r = Parse({"--snapkv-window=16", "--snapkv_capacity=300"});
+  ASSERT_FALSE(r.exit) << r.message;
+  EXPECT_EQ(r.config.engine.default_kv_compression.window, 16);
+  EXPECT_EQ(r.config.engine.default_kv_compression.capacity, 300);
+  EXPECT_EQ(r.warnings, (std::vector<std::string>{"--snapkv-window is deprecated: use --kv-window",
+                                                  "--snapkv-capacity is deprecated: use "
+                                                  "--kv-capacity"}));
+  EXPECT_TRUE(Parse({"--kv-window=16"}).warnings.empty());
+
+  // The old variable works below the new one.
+  r = Parse({}, {{"SNAPSERVE_SNAPKV_CAPACITY", "200"}});
+  EXPECT_EQ(r.config.engine.default_kv_compression.capacity, 200);
+  EXPECT_EQ(r.warnings, (std::vector<std::string>{"SNAPSERVE_SNAPKV_CAPACITY is deprecated: use "
+                                                  "SNAPSERVE_KV_CAPACITY"}));
+  r = Parse({}, {{"SNAPSERVE_SNAPKV_CAPACITY", "200"}, {"SNAPSERVE_KV_CAPACITY", "400"}});
+  EXPECT_EQ(r.config.engine.default_kv_compression.capacity, 400);
+  r = Parse({}, {{"SNAPSERVE_SNAPKV_WINDOW", "0"}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.message.find("SNAPSERVE_SNAPKV_WINDOW"), std::string::npos) << r.message;
 }
 
 TEST(ServerConfigTest, BadValuesAreEchoedBounded) {

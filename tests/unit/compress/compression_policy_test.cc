@@ -1,6 +1,6 @@
-// engine/compress/snapkv_policy: merging a request's KvCompression overrides
+// engine/compress/compression_policy: merging a request's KvCompression overrides
 // over the server defaults, and the InvalidArgument messages the API promises.
-#include "engine/compress/snapkv_policy.h"
+#include "engine/compress/compression_policy.h"
 
 #include <gtest/gtest.h>
 

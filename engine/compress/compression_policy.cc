@@ -1,4 +1,4 @@
-#include "engine/compress/snapkv_policy.h"
+#include "engine/compress/compression_policy.h"
 
 #include <algorithm>
 #include <cmath>

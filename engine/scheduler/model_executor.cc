@@ -106,6 +106,8 @@ std::vector<int64_t> ModelExecutor::FetchesDone() {
   std::vector<int64_t> done;
   if (tier_ == nullptr) return done;
   c10::InferenceMode inference;
+  // Entries the writer no longer reads may be evicted again.
+  for (uint64_t pin : tier_->TakeWritten()) write_pins_.erase(pin);
   for (kv::FetchResult& r : tier_->TakeFetched()) {
     for (const kv::FetchedChunk& chunk : r.chunks) {
       if (!prefix_->Insert(chunk.ref.hash, chunk.ref.parent, chunk.ref.tokens, chunk.k, chunk.v))
@@ -138,9 +140,18 @@ void ModelExecutor::WriteBack(const Sequence& seq, const std::vector<int64_t>& c
     chunk.ref.parent = i == 0 ? prefix_->config().fingerprint : seq.prefix_hashes[i - 1];
     const auto first = seq.prompt.begin() + static_cast<int64_t>(i) * c;
     chunk.ref.tokens.assign(first, first + c);
+    if (handle->k().is_cpu() && handle->k().is_contiguous() && handle->v().is_contiguous()) {
+      // The writer reads the entry in place; it stays pinned until then.
+      chunk.k = handle->k();
+      chunk.v = handle->v();
+      chunk.pin = next_write_pin_++;
+      write_pins_.emplace(chunk.pin, std::move(*handle));
+      tier_->SubmitWrite(std::move(chunk));
+      continue;
+    }
     try {
-      chunk.k = handle->k().is_cpu() ? handle->k().clone() : handle->k().to(at::kCPU);
-      chunk.v = handle->v().is_cpu() ? handle->v().clone() : handle->v().to(at::kCPU);
+      chunk.k = handle->k().to(at::kCPU);
+      chunk.v = handle->v().to(at::kCPU);
     } catch (const std::exception&) {
       // No memory for the copy: the write is dropped, the request goes on.
       tier_->CountDroppedWrite();

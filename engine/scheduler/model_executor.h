@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/common/status.h"
@@ -68,8 +69,9 @@ class ModelExecutor final : public StepExecutor {
   // prompt's buffers and marks those tokens done.
   void StartFromCachedPrefix(Sequence& seq, int64_t query_rows);
   // Queues the chunks of `seq` just added to the prefix cache (chunk
-  // indices) for writing to the shared tier; copies their K/V, as the
-  // entries may be evicted before the writer gets to them.
+  // indices) for writing to the shared tier. A CPU entry is pinned until the
+  // writer has read it in place (write_pins_, released in FetchesDone); a
+  // device entry is copied to the host.
   void WriteBack(const Sequence& seq, const std::vector<int64_t>& chunks);
   // Fills `seq`'s lanes with a cached document's kept entries.
   Status RestoreDocument(Sequence& seq, std::shared_ptr<const kv::CompressedDocument> doc);
@@ -79,6 +81,9 @@ class ModelExecutor final : public StepExecutor {
   kv::PrefixCache* prefix_;
   kv::SharedKvTier* tier_;
   kv::DocumentCache* documents_;
+  // Prefix-cache entries the shared tier's writer is reading, by pin number.
+  std::unordered_map<uint64_t, kv::PrefixCache::ChunkHandle> write_pins_;
+  uint64_t next_write_pin_ = 1;
 };
 
 }  // namespace snapserve::scheduler

@@ -286,6 +286,30 @@ def test_requests_succeed_while_redis_is_killed_and_restarted(start_server, mode
     assert log.count("reachable again after") == 1, log[-3000:]
 
 
+def test_entries_written_back_can_be_evicted_again(start_server, model_path, pb, tmp_path):
+    """The writer reads entries in place, pinned until it is done: with room
+    for two chunks, each new two-chunk prompt must still be able to evict the
+    previous prompt's written chunks, so its repeat starts from the cache."""
+    pb2, pb2_grpc = pb
+    store = RedisServer(tmp_path)
+    try:
+        # 64 MiB x 0.4 holds two 11.25 MiB chunks.
+        server = start_server([f"--model={model_path}", "--kv-cache-memory=64MiB",
+                               "--prefix-cache-memory=0.4", "--default-kv-method=none",
+                               f"--kv-store={store.url}"])
+        assert "prefix cache: 2 chunks of 256 tokens" in server.logs(), server.logs()
+        with grpc.insecure_channel(server.target) as channel:
+            stub = pb2_grpc.GenerationStub(channel)
+            ids = list(stub.Tokenize(pb2.TokenizeRequest(text=GPL3.read_text())).ids)
+            prompts = [ids[i * 600:i * 600 + 600] for i in range(3)]
+            for i, p in enumerate(prompts):
+                assert generate(stub, pb2, p, f"cold-{i}")["cached"] == 0
+                wait_written(server, 2 * (i + 1))
+                assert generate(stub, pb2, p, f"again-{i}")["cached"] == 2 * CHUNK
+    finally:
+        store.stop()
+
+
 def test_kv_store_without_a_prefix_cache_is_refused(start_server, model_path):
     server = start_server([f"--model={model_path}", "--kv-store=redis://127.0.0.1:1"],
                           wait=False)

@@ -121,6 +121,7 @@ void SharedKvTier::SubmitWrite(FetchedChunk chunk) {
     std::lock_guard<std::mutex> lock(mu_);
     if (static_cast<int64_t>(writes_.size()) >= config_.write_queue_chunks) {
       Count(KvStoreError::kQueueFull);
+      if (chunk.pin != 0) written_pins_.push_back(chunk.pin);
       return;
     }
     writes_.push_back(std::move(chunk));
@@ -129,6 +130,11 @@ void SharedKvTier::SubmitWrite(FetchedChunk chunk) {
 }
 
 void SharedKvTier::CountDroppedWrite() { Count(KvStoreError::kQueueFull); }
+
+std::vector<uint64_t> SharedKvTier::TakeWritten() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(written_pins_, {});
+}
 
 KvStoreCounters SharedKvTier::counters() const {
   KvStoreCounters c;
@@ -297,6 +303,10 @@ void SharedKvTier::WriteLoop() {
       writes_.pop_front();
     }
     Write(link, chunk);
+    if (chunk.pin != 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      written_pins_.push_back(chunk.pin);
+    }
   }
 }
 

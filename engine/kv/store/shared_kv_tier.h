@@ -78,6 +78,10 @@ struct ChunkRef {
 struct FetchedChunk {
   ChunkRef ref;
   at::Tensor k, v;  // [layers, KV heads, chunk tokens, head_dim], CPU
+  // A write only: nonzero when k and v are views of a prefix-cache entry that
+  // the writer pins until TakeWritten() hands the number back (the entry is
+  // read in place, off the writer's thread, and must not be evicted meanwhile).
+  uint64_t pin = 0;
 };
 
 struct FetchResult {
@@ -109,6 +113,9 @@ class SharedKvTier {
   // counts it when the queue is full.
   void SubmitWrite(FetchedChunk chunk);
   void CountDroppedWrite();
+  // The pins (FetchedChunk::pin) of the writes done, failed or dropped since
+  // the last call: their entries are no longer read.
+  std::vector<uint64_t> TakeWritten();
 
   KvStoreCounters counters() const;
   // Called on the tier's threads with a line to log (an outage, a recovery).
@@ -154,6 +161,7 @@ class SharedKvTier {
   std::deque<FetchJob> fetch_jobs_;
   std::vector<FetchResult> fetched_;
   std::deque<FetchedChunk> writes_;
+  std::vector<uint64_t> written_pins_;
   std::function<void(const std::string&)> log_;
   std::function<void()> wake_;
 

@@ -666,6 +666,16 @@ std::string ServerHelpMarkdown() {
   return out.str();
 }
 
+namespace {
+// `r` ending the program: with --help's text (code 0) or an error (2).
+ParseResult Exit(ParseResult r, int code, std::string message) {
+  r.exit = true;
+  r.exit_code = code;
+  r.message = std::move(message);
+  return r;
+}
+}  // namespace
+
 ParseResult ParseServerConfig(const std::vector<std::string>& args,
                               char* (*getenv_fn)(const char*)) {
   ParseResult r;
@@ -676,7 +686,7 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
     const char* env = getenv_fn(otel);
     if (env == nullptr) continue;
     if (std::string err = FindFlag(flag)->set(r.config, env); !err.empty()) {
-      return {r.config, true, 2, std::string(otel) + ": " + err};
+      return Exit(r, 2, std::string(otel) + ": " + err);
     }
   }
   // A renamed flag's old variable, below its new one.
@@ -686,7 +696,7 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
     if (env == nullptr) continue;
     r.warnings.push_back(Deprecation(old_env, EnvName(new_name)));
     if (std::string err = FindFlag(new_name)->set(r.config, env); !err.empty()) {
-      return {r.config, true, 2, old_env + ": " + err};
+      return Exit(r, 2, old_env + ": " + err);
     }
   }
   for (const FlagGroup& g : FlagGroups()) {
@@ -694,16 +704,16 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
       const char* env = getenv_fn(EnvName(f.name).c_str());
       if (env == nullptr) continue;
       if (std::string err = f.set(r.config, env); !err.empty()) {
-        return {r.config, true, 2, EnvName(f.name) + ": " + err};
+        return Exit(r, 2, EnvName(f.name) + ": " + err);
       }
     }
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--help" || a == "-h") return {r.config, true, 0, ServerHelp()};
-    if (a == "--help=markdown") return {r.config, true, 0, ServerHelpMarkdown()};
+    if (a == "--help" || a == "-h") return Exit(r, 0, ServerHelp());
+    if (a == "--help=markdown") return Exit(r, 0, ServerHelpMarkdown());
     if (a.rfind("--", 0) != 0)
-      return {r.config, true, 2, "unexpected argument '" + Bounded(a) + "' (see --help)"};
+      return Exit(r, 2, "unexpected argument '" + Bounded(a) + "' (see --help)");
     std::string name = a.substr(2);
     std::string value;
     const size_t eq = name.find('=');
@@ -713,7 +723,7 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
     } else if (i + 1 < args.size()) {
       value = args[++i];
     } else {
-      return {r.config, true, 2, "--" + Bounded(name) + ": missing value"};
+      return Exit(r, 2, "--" + Bounded(name) + ": missing value");
     }
     for (char& ch : name) ch = ch == '_' ? '-' : ch;  // --kv_cache_memory works too
     if (const std::string current = CurrentFlagName(name); current != name) {
@@ -721,16 +731,15 @@ ParseResult ParseServerConfig(const std::vector<std::string>& args,
       name = current;
     }
     const FlagSpec* f = FindFlag(name);
-    if (f == nullptr)
-      return {r.config, true, 2, "unknown flag --" + Bounded(name) + " (see --help)"};
+    if (f == nullptr) return Exit(r, 2, "unknown flag --" + Bounded(name) + " (see --help)");
     if (std::string err = f->set(r.config, value); !err.empty()) {
-      return {r.config, true, 2, "--" + name + ": " + err};
+      return Exit(r, 2, "--" + name + ": " + err);
     }
   }
   r.config.precision_summary = engine::ResolvePrecision(
       r.config.precision, r.config.precision_overrides,
       engine::DetectHardware(r.config.engine.device, r.config.engine.model_path), r.config.engine);
-  if (std::string err = CheckConsistency(r.config); !err.empty()) return {r.config, true, 2, err};
+  if (std::string err = CheckConsistency(r.config); !err.empty()) return Exit(r, 2, err);
   if (r.config.metrics_host.empty()) r.config.metrics_host = r.config.host;
   return r;
 }

@@ -309,7 +309,7 @@ TEST(ServerConfigTest, HelpExitsZero) {
   ParseResult r = Parse({"--help"});
   EXPECT_TRUE(r.exit);
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_NE(r.message.find("SNAPSERVE_SNAPKV_CAPACITY"), std::string::npos);
+  EXPECT_NE(r.message.find("SNAPSERVE_KV_CAPACITY"), std::string::npos);
 }
 
 TEST(ServerConfigTest, ByteSizes) {

@@ -53,3 +53,10 @@ def total(text, name, labels=None):
     found = [s.value for s in parse(text)
              if s.name == name and all(s.labels.get(k) == v for k, v in want.items())]
     return sum(found) if found else None
+
+
+def idle(text):
+    """Whether /metrics says no request runs and no KV block is held: what a
+    server shows once its traffic has ended, if nothing leaked."""
+    return (value(text, "snapserve_kv_cache_usage_ratio") == 0
+            and value(text, "snapserve_requests_running") == 0)

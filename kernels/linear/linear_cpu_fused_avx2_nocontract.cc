@@ -20,124 +20,75 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "kernels/cpu/x86/isa_target.h"
 #include "kernels/cpu/x86/simd_sums.h"
+
+#define SNAPSERVE_FUSED_TARGET SNAPSERVE_TARGET_AVX2_FMA_F16C
+#include "kernels/linear/linear_cpu_fused_driver.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
-
-constexpr int64_t kBlock = 32;
-
-SNAPSERVE_TARGET_AVX2_FMA_F16C inline float half_at(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return _cvtsh_ss(bits);  // exact, as every half -> float conversion
-}
 
 // 8 bytes at p as 32-bit lanes.
 SNAPSERVE_TARGET_AVX2_FMA_F16C inline __m256i unsigned8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
-// The 32 weights of one block as four vectors of elements 8g .. 8g + 7, with
-// the decoder's arithmetic (quant_blocks_cpu_avx2_nocontract.cc).
-template <QuantType kType>
-SNAPSERVE_TARGET_AVX2_FMA_F16C inline void block_values(const uint8_t* b, __m256 v[4]) {
-  if constexpr (kType == QuantType::kQ8_0) {
-    const __m256 d = _mm256_set1_ps(half_at(b));
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      const __m256i q =
-          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * g)));
-      v[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(q), d);
-    }
-  } else {
-    // Element j < 16: low nibble of qs[j]; j >= 16: high nibble of qs[j - 16].
-    constexpr bool kOffset = kType == QuantType::kQ4_1;
-    const __m256 s = _mm256_set1_ps(half_at(b));
-    const __m256 m = _mm256_set1_ps(kOffset ? half_at(b + 2) : 0.0f);
-    const uint8_t* qs = b + (kOffset ? 4 : 2);
-    const __m256i low = _mm256_set1_epi32(0x0F);
-    const __m256i raw[2] = {unsigned8(qs), unsigned8(qs + 8)};
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      __m256i q = g < 2 ? _mm256_and_si256(raw[g], low)
-                        : _mm256_and_si256(_mm256_srli_epi32(raw[g - 2], 4), low);
-      if constexpr (!kOffset) q = _mm256_sub_epi32(q, _mm256_set1_epi32(8));
-      v[g] = _mm256_mul_ps(s, _mm256_cvtepi32_ps(q));
-      if constexpr (kOffset) v[g] = _mm256_add_ps(v[g], m);
-    }
-  }
-}
+// The AVX2 lanes of the fused tile (linear_cpu_fused_driver.h): a block's 32
+// weights as four vectors of elements 8g .. 8g + 7.
+struct Avx2Lanes {
+  using Vec = __m256;
+  static constexpr int kGroups = 4;
+  static constexpr int kWidth = 8;
 
-// kRows weight rows from `wr` against x rows xa (and xb when kPair); the
-// sizes are template arguments so the accumulators stay in registers.
-template <QuantType kType, int kRows, bool kPair>
-SNAPSERVE_TARGET_AVX2_FMA_F16C inline void rows_dot(const uint8_t* const* wr, int64_t blocks,
-                                                    const float* xa, const float* xb, float* oa,
-                                                    float* ob) {
-  constexpr int64_t kBytes = kType == QuantType::kQ8_0 ? 34 : (kType == QuantType::kQ4_1 ? 20 : 18);
-  __m256 a[kRows], c[kRows];
-#pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) a[r] = c[r] = _mm256_setzero_ps();
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const float* xab = xa + blk * kBlock;
-    const float* xbb = xb + blk * kBlock;
-#pragma GCC unroll 4
-    for (int r = 0; r < kRows; ++r) {
-      __m256 v[4];
-      block_values<kType>(wr[r] + blk * kBytes, v);
-#pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xab + 8 * g), v[g], a[r]);
-      if constexpr (kPair) {
-        for (int g = 0; g < 4; ++g)
-          c[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xbb + 8 * g), v[g], c[r]);
-      }
-    }
+  [[gnu::always_inline]] SNAPSERVE_TARGET_AVX2_FMA_F16C static Vec zero() {
+    return _mm256_setzero_ps();
   }
-  for (int r = 0; r < kRows; ++r) {
-    oa[r] = simd::lane_sum_avx2(a[r]);
-    if constexpr (kPair) ob[r] = simd::lane_sum_avx2(c[r]);
+  [[gnu::always_inline]] SNAPSERVE_TARGET_AVX2_FMA_F16C static Vec fmadd_at(const float* x, Vec v,
+                                                                            Vec acc) {
+    return _mm256_fmadd_ps(_mm256_loadu_ps(x), v, acc);
   }
-}
+  [[gnu::always_inline]] SNAPSERVE_TARGET_AVX2_FMA_F16C static float sum(Vec acc) {
+    return simd::lane_sum_avx2(acc);
+  }
 
-template <QuantType kType>
-SNAPSERVE_TARGET_AVX2_FMA_F16C void tile(const Problem& p, const QuantMatrix& w, int64_t n0,
-                                         int64_t rows) {
-  const int64_t blocks = p.k / kBlock;
-  const uint8_t* wr[kTile] = {};
-  for (int64_t r = 0; r < rows; ++r) wr[r] = w.row(n0 + r);
-  for (int64_t i = 0; i < p.m; i += 2) {
-    const float* xa = p.x + i * p.k;
-    float* oa = p.out + i * p.n_total + n0;
-    float* ob = oa + p.n_total;
-    const bool pair = i + 1 < p.m;
-    if (rows == kTile) {
-      if (pair) {
-        rows_dot<kType, kTile, true>(wr, blocks, xa, xa + p.k, oa, ob);
-      } else {
-        rows_dot<kType, kTile, false>(wr, blocks, xa, xa, oa, ob);
+  // With the decoder's arithmetic (quant_blocks_cpu_avx2_nocontract.cc).
+  template <QuantType kType>
+  SNAPSERVE_TARGET_AVX2_FMA_F16C static void block_values(const uint8_t* b, Vec v[kGroups]) {
+    if constexpr (kType == QuantType::kQ8_0) {
+      const __m256 d = _mm256_set1_ps(fused::half_at(b));
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        const __m256i q =
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * g)));
+        v[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(q), d);
       }
-      continue;
-    }
-    for (int64_t r = 0; r < rows; ++r) {  // a partial tile, the last columns
-      if (pair) {
-        rows_dot<kType, 1, true>(wr + r, blocks, xa, xa + p.k, oa + r, ob + r);
-      } else {
-        rows_dot<kType, 1, false>(wr + r, blocks, xa, xa, oa + r, ob + r);
+    } else {
+      // Element j < 16: low nibble of qs[j]; j >= 16: high nibble of qs[j - 16].
+      constexpr bool kOffset = kType == QuantType::kQ4_1;
+      const __m256 s = _mm256_set1_ps(fused::half_at(b));
+      const __m256 m = _mm256_set1_ps(kOffset ? fused::half_at(b + 2) : 0.0f);
+      const uint8_t* qs = b + (kOffset ? 4 : 2);
+      const __m256i low = _mm256_set1_epi32(0x0F);
+      const __m256i raw[2] = {unsigned8(qs), unsigned8(qs + 8)};
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        __m256i q = g < 2 ? _mm256_and_si256(raw[g], low)
+                          : _mm256_and_si256(_mm256_srli_epi32(raw[g - 2], 4), low);
+        if constexpr (!kOffset) q = _mm256_sub_epi32(q, _mm256_set1_epi32(8));
+        v[g] = _mm256_mul_ps(s, _mm256_cvtepi32_ps(q));
+        if constexpr (kOffset) v[g] = _mm256_add_ps(v[g], m);
       }
     }
   }
-}
+};
 
 }  // namespace
 
 bool tile_quant_fused_avx2(const Problem& p, const QuantMatrix& w, int64_t n0, int64_t rows) {
   return with_block32_type<kFusedDecodeTypes>(
-      w.type, [&]<QuantType kType>() { tile<kType>(p, w, n0, rows); });
+      w.type, [&]<QuantType kType>() { fused::tile<Avx2Lanes, kType>(p, w, n0, rows); });
 }
 
 }  // namespace snapserve::kernels::cpu

@@ -19,6 +19,9 @@
 #include "kernels/cpu/x86/simd_sums.h"
 #include "kernels/quant_dot/quant_dot_cpu_avx2_scales.h"
 
+#define SNAPSERVE_INT8_ROWS_TARGET SNAPSERVE_TARGET_AVX2_F16C
+#include "kernels/quant_dot/quant_dot_cpu_rows.h"
+
 namespace snapserve::kernels::cpu {
 
 namespace {
@@ -89,95 +92,63 @@ SNAPSERVE_TARGET_AVX2_F16C inline __m256i totals_of_8(const __m256i* s) {
                           _mm256_permute2x128_si256(h0123, h4567, 0x31));
 }
 
-// Activation rows that share one unpacked weight block (their accumulators
-// live on the stack between the eight-block steps).
-constexpr int64_t kSharedRows = 8;
+// The AVX2 steps of the row loops (quant_dot_cpu_rows.h).
+struct Avx2Steps {
+  static constexpr bool kCountsGroups = false;
 
-// One eight-block step of row_dot: blocks [b, b + count) of one weight row,
-// unpacked once, against activation rows i0 .. i0 + rows - 1.
-template <QuantType kType, int64_t kMaxRows, bool kPartial>
-SNAPSERVE_TARGET_AVX2_F16C inline void blocks_step(const uint8_t* wrow, const QuantizedRows& xq,
-                                                   int64_t i0, int64_t rows, int64_t b,
-                                                   int64_t count, __m256* acc) {
-  constexpr int64_t kB = kBlockBytes<kType>;
-  const int64_t blocks = xq.blocks;
-  __m256 d, m;
-  if constexpr (kMaxRows == 1) {
-    // Each block's products right after its unpacking: only the eight
-    // products are live, so nothing spills out of the 16 registers.
-    const int8_t* x = xq.q.data() + (i0 * blocks + b) * kDotBlock;
-    __m256i p[8];
+  // One eight-block step of the row loops: blocks [b, b + count) of one
+  // weight row, unpacked once, against activation rows i0 .. i0 + rows - 1.
+  template <QuantType kType, int64_t kMaxRows, bool kPartial>
+  SNAPSERVE_TARGET_AVX2_F16C static void step(const uint8_t* wrow, const QuantizedRows& xq,
+                                              int64_t i0, int64_t rows, int64_t b,
+                                              int64_t /*group*/, int64_t count, __m256* acc) {
+    constexpr int64_t kB = kBlockBytes<kType>;
+    const int64_t blocks = xq.blocks;
+    __m256 d, m;
+    if constexpr (kMaxRows == 1) {
+      // Each block's products right after its unpacking: only the eight
+      // products are live, so nothing spills out of the 16 registers.
+      const int8_t* x = xq.q.data() + (i0 * blocks + b) * kDotBlock;
+      __m256i p[8];
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      p[k] = kPartial && k >= count
-                 ? _mm256_setzero_si256()
-                 : block_products<kType>(block_ints<kType>(wrow + (b + k) * kB), x + k * kDotBlock);
+      for (int k = 0; k < 8; ++k) {
+        p[k] =
+            kPartial && k >= count
+                ? _mm256_setzero_si256()
+                : block_products<kType>(block_ints<kType>(wrow + (b + k) * kB), x + k * kDotBlock);
+      }
+      block_scales8<kType, kPartial>(wrow + b * kB, count, &d, &m);
+      acc[0] = add_block_totals<kType, kPartial>(acc[0], totals_of_8(p), d, m,
+                                                 xq.d.data() + i0 * blocks + b,
+                                                 xq.s.data() + i0 * blocks + b, count);
+      return;
     }
     block_scales8<kType, kPartial>(wrow + b * kB, count, &d, &m);
-    acc[0] = add_block_totals<kType, kPartial>(acc[0], totals_of_8(p), d, m,
-                                               xq.d.data() + i0 * blocks + b,
-                                               xq.s.data() + i0 * blocks + b, count);
-    return;
-  }
-  block_scales8<kType, kPartial>(wrow + b * kB, count, &d, &m);
-  __m256i w[8];
+    __m256i w[8];
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    w[k] = kPartial && k >= count ? _mm256_setzero_si256() : block_ints<kType>(wrow + (b + k) * kB);
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t row = (i0 + i) * blocks;
-    const int8_t* x = xq.q.data() + (row + b) * kDotBlock;
-    __m256i p[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) p[k] = block_products<kType>(w[k], x + k * kDotBlock);
-    acc[i] = add_block_totals<kType, kPartial>(acc[i], totals_of_8(p), d, m, xq.d.data() + row + b,
-                                               xq.s.data() + row + b, count);
-  }
-}
-
-// One weight row against activation rows i0 .. i0 + rows - 1 (rows <=
-// kMaxRows): the arithmetic of kernels/quant_dot/quant_dot.h, eight blocks per vector
-// step (the last step partial when blocks % 8 != 0). Results go to
-// out[(i0 + i) * n_total].
-template <QuantType kType, int64_t kMaxRows>
-SNAPSERVE_TARGET_AVX2_F16C void row_dot(const uint8_t* wrow, const QuantizedRows& xq, int64_t i0,
-                                        int64_t rows, float* out, int64_t n_total) {
-  const int64_t blocks = xq.blocks;
-  __m256 acc[kMaxRows];
-  for (int64_t i = 0; i < kMaxRows; ++i) acc[i] = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 8 <= blocks; b += 8) {
-    blocks_step<kType, kMaxRows, false>(wrow, xq, i0, rows, b, 8, acc);
-  }
-  if (b < blocks) blocks_step<kType, kMaxRows, true>(wrow, xq, i0, rows, b, blocks - b, acc);
-  for (int64_t i = 0; i < (kMaxRows == 1 ? 1 : rows); ++i) {
-    out[(i0 + i) * n_total] = simd::lane_sum_avx2(acc[i]);
-  }
-}
-
-template <QuantType kType>
-SNAPSERVE_TARGET_AVX2_F16C void rows_dot(const QuantMatrix& w, const QuantizedRows& xq,
-                                         int64_t r_begin, int64_t r_end, float* out,
-                                         int64_t n_total) {
-  for (int64_t r = r_begin; r < r_end; ++r) {
-    if (xq.m == 1) {
-      row_dot<kType, 1>(w.row(r), xq, 0, 1, out + r, n_total);
-      continue;
+    for (int k = 0; k < 8; ++k) {
+      w[k] =
+          kPartial && k >= count ? _mm256_setzero_si256() : block_ints<kType>(wrow + (b + k) * kB);
     }
-    for (int64_t i0 = 0; i0 < xq.m; i0 += kSharedRows) {
-      row_dot<kType, kSharedRows>(w.row(r), xq, i0, std::min(kSharedRows, xq.m - i0), out + r,
-                                  n_total);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t row = (i0 + i) * blocks;
+      const int8_t* x = xq.q.data() + (row + b) * kDotBlock;
+      __m256i p[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) p[k] = block_products<kType>(w[k], x + k * kDotBlock);
+      acc[i] = add_block_totals<kType, kPartial>(
+          acc[i], totals_of_8(p), d, m, xq.d.data() + row + b, xq.s.data() + row + b, count);
     }
   }
-}
+};
 
 }  // namespace
 
 bool int8_dot_avx2(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin, int64_t r_end,
                    float* out, int64_t n_total) {
-  return with_block32_type<kAllBlock32Types>(
-      w.type, [&]<QuantType kType>() { rows_dot<kType>(w, xq, r_begin, r_end, out, n_total); });
+  return with_block32_type<kAllBlock32Types>(w.type, [&]<QuantType kType>() {
+    int8_rows::rows_dot<Avx2Steps, kType>(w, xq, r_begin, r_end, out, n_total);
+  });
 }
 
 }  // namespace snapserve::kernels::cpu

@@ -23,6 +23,9 @@
 #include "kernels/cpu/x86/simd_sums.h"
 #include "kernels/quant_dot/quant_dot_cpu_avx2_scales.h"
 
+#define SNAPSERVE_INT8_ROWS_TARGET SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C
+#include "kernels/quant_dot/quant_dot_cpu_rows.h"
+
 namespace snapserve::kernels::cpu {
 
 namespace {
@@ -92,96 +95,63 @@ SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C inline __m256i totals_of_pairs(const __m51
       _mm512_add_epi32(t, _mm512_shuffle_i64x2(t, t, _MM_SHUFFLE(1, 0, 3, 2))));
 }
 
-// Activation rows that share one unpacked weight step (accumulators on the
-// stack between steps, as on the AVX2 path).
-constexpr int64_t kSharedRows = 8;
+// The VNNI steps of the row loops (quant_dot_cpu_rows.h).
+struct VnniSteps {
+  static constexpr bool kCountsGroups = true;
 
-// One eight-block step (blocks [b, b + 8) of group g; kPartial: the row's
-// last `count` < 8 blocks) of one weight row, unpacked once, against
-// activation rows i0 .. i0 + rows - 1, added to acc[0 .. rows).
-template <QuantType kType, int64_t kMaxRows, bool kPartial>
-[[gnu::always_inline]] SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C inline void blocks_step(
-    const uint8_t* wrow, const QuantizedRows& xq, int64_t i0, int64_t rows, int64_t b, int64_t g,
-    int64_t count, __m256* acc) {
-  constexpr int64_t kB = kBlockBytes<kType>;
-  const uint8_t* first = wrow + b * kB;
-  // In the partial step, pairs whose first block is past the row hold
-  // nothing (a 576-wide row's last step has 2 blocks: one pair of four).
-  const int64_t pairs = kPartial ? std::min<int64_t>(4, count) : 4;
-  const auto block = [&](int64_t j) {
-    return !kPartial || j < count ? first + j * kB : kZeroBlock;
-  };
-  __m512i w[4];
+  // One eight-block step (blocks [b, b + 8) of group g; kPartial: the row's
+  // last `count` < 8 blocks) of one weight row, unpacked once, against
+  // activation rows i0 .. i0 + rows - 1, added to acc[0 .. rows).
+  template <QuantType kType, int64_t kMaxRows, bool kPartial>
+  [[gnu::always_inline]] SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C static void step(
+      const uint8_t* wrow, const QuantizedRows& xq, int64_t i0, int64_t rows, int64_t b, int64_t g,
+      int64_t count, __m256* acc) {
+    constexpr int64_t kB = kBlockBytes<kType>;
+    const uint8_t* first = wrow + b * kB;
+    // In the partial step, pairs whose first block is past the row hold
+    // nothing (a 576-wide row's last step has 2 blocks: one pair of four).
+    const int64_t pairs = kPartial ? std::min<int64_t>(4, count) : 4;
+    const auto block = [&](int64_t j) {
+      return !kPartial || j < count ? first + j * kB : kZeroBlock;
+    };
+    __m512i w[4];
 #pragma GCC unroll 4
-  for (int p = 0; p < 4; ++p) {
-    w[p] = p < pairs ? pair_ints<kType>(block(p), block(p + 4)) : _mm512_setzero_si512();
-  }
-  __m256 d, m;
-  block_scales8<kType, kPartial>(first, count, &d, &m);
-  for (int64_t i = 0; i < (kMaxRows == 1 ? 1 : rows); ++i) {
-    const int64_t row = i0 + i;
-    const int8_t* x = xq.vnni_q.data() + (row * xq.vnni_groups + g) * 256;
-    __m512i p[4];
+    for (int p = 0; p < 4; ++p) {
+      w[p] = p < pairs ? pair_ints<kType>(block(p), block(p + 4)) : _mm512_setzero_si512();
+    }
+    __m256 d, m;
+    block_scales8<kType, kPartial>(first, count, &d, &m);
+    for (int64_t i = 0; i < (kMaxRows == 1 ? 1 : rows); ++i) {
+      const int64_t row = i0 + i;
+      const int8_t* x = xq.vnni_q.data() + (row * xq.vnni_groups + g) * 256;
+      __m512i p[4];
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      p[j] = j < pairs ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j],
-                                             _mm512_loadu_si512(x + int64_t{64} * j))
-                       : _mm512_setzero_si512();
-    }
-    __m256i totals = totals_of_pairs(p);
-    if constexpr (kBiasShift<kType> >= 0) {
-      const __m256i sums = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(xq.vnni_sums.data() + (row * xq.vnni_groups + g) * 8));
-      totals = _mm256_sub_epi32(totals, _mm256_slli_epi32(sums, kBiasShift<kType>));
-    }
-    acc[i] =
-        add_block_totals<kType, kPartial>(acc[i], totals, d, m, xq.d.data() + row * xq.blocks + b,
-                                          xq.s.data() + row * xq.blocks + b, count);
-  }
-}
-
-// One weight row against activation rows i0 .. i0 + rows - 1 (rows <=
-// kMaxRows); results to out[(i0 + i) * n_total].
-template <QuantType kType, int64_t kMaxRows>
-SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C void row_dot(const uint8_t* wrow, const QuantizedRows& xq,
-                                                   int64_t i0, int64_t rows, float* out,
-                                                   int64_t n_total) {
-  const int64_t blocks = xq.blocks;
-  __m256 acc[kMaxRows];
-  for (int64_t i = 0; i < kMaxRows; ++i) acc[i] = _mm256_setzero_ps();
-  int64_t b = 0, g = 0;
-  for (; b + 8 <= blocks; b += 8, ++g) {
-    blocks_step<kType, kMaxRows, false>(wrow, xq, i0, rows, b, g, 8, acc);
-  }
-  if (b < blocks) blocks_step<kType, kMaxRows, true>(wrow, xq, i0, rows, b, g, blocks - b, acc);
-  for (int64_t i = 0; i < (kMaxRows == 1 ? 1 : rows); ++i) {
-    out[(i0 + i) * n_total] = simd::lane_sum_avx2(acc[i]);
-  }
-}
-
-template <QuantType kType>
-SNAPSERVE_TARGET_AVX512VNNI_AVX2_F16C void rows_dot(const QuantMatrix& w, const QuantizedRows& xq,
-                                                    int64_t r_begin, int64_t r_end, float* out,
-                                                    int64_t n_total) {
-  for (int64_t r = r_begin; r < r_end; ++r) {
-    if (xq.m == 1) {
-      row_dot<kType, 1>(w.row(r), xq, 0, 1, out + r, n_total);
-      continue;
-    }
-    for (int64_t i0 = 0; i0 < xq.m; i0 += kSharedRows) {
-      row_dot<kType, kSharedRows>(w.row(r), xq, i0, std::min(kSharedRows, xq.m - i0), out + r,
-                                  n_total);
+      for (int j = 0; j < 4; ++j) {
+        p[j] = j < pairs ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j],
+                                               _mm512_loadu_si512(x + int64_t{64} * j))
+                         : _mm512_setzero_si512();
+      }
+      __m256i totals = totals_of_pairs(p);
+      if constexpr (kBiasShift<kType> >= 0) {
+        const __m256i sums = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(xq.vnni_sums.data() + (row * xq.vnni_groups + g) * 8));
+        totals = _mm256_sub_epi32(totals, _mm256_slli_epi32(sums, kBiasShift<kType>));
+      }
+      acc[i] =
+          add_block_totals<kType, kPartial>(acc[i], totals, d, m, xq.d.data() + row * xq.blocks + b,
+                                            xq.s.data() + row * xq.blocks + b, count);
     }
   }
-}
+};
 
 }  // namespace
 
 bool int8_dot_avx512vnni(const QuantMatrix& w, const QuantizedRows& xq, int64_t r_begin,
                          int64_t r_end, float* out, int64_t n_total) {
   if (xq.vnni_groups * 8 * kDotBlock < xq.k) return false;  // not arranged_for_vnni
-  return with_block32_type<kAllBlock32Types>(
-      w.type, [&]<QuantType kType>() { rows_dot<kType>(w, xq, r_begin, r_end, out, n_total); });
+  return with_block32_type<kAllBlock32Types>(w.type, [&]<QuantType kType>() {
+    int8_rows::rows_dot<VnniSteps, kType>(w, xq, r_begin, r_end, out, n_total);
+  });
 }
 
 }  // namespace snapserve::kernels::cpu

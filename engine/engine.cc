@@ -269,12 +269,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
   OnThreadOfItsOwn([&] {
     loaded = [&]() -> Status {
       try {
-        SNAPSERVE_ASSIGN_OR_RETURN(impl->model, model::LoadModel(options.model_path, dtype, device,
-                                                                 log, options.quantized_dot));
-        // Its repacked matrices (int8 panels, bfloat16 copies) are made here
-        // too, for the same reason.
-        impl->model->set_prefill_gemm(options.prefill_gemm);
-        impl->model->set_decode_dot(options.decode_dot);
+        // The matrices' kernels are chosen, and their repacked data (int8
+        // panels, bfloat16 copies) made, inside the load: on this thread too,
+        // for the same reason.
+        const model::LinearPrecision precision{options.quantized_dot, options.prefill_gemm,
+                                               options.decode_dot};
+        SNAPSERVE_ASSIGN_OR_RETURN(
+            impl->model, model::LoadModel(options.model_path, dtype, device, log, precision));
         if (options.decode_dot == DecodeDot::kBFloat16) {
           log("--decode-dot=bfloat16: bfloat16 dot products at decode on " +
               std::to_string(impl->model->bf16_dot_matrices()) + " dense bfloat16 matrices (" +

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/model/linear_method.h"
 #include "engine/model/rope.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/parallel_team.h"
 #include "kernels/fused/fused_cuda.h"
-#include "kernels/linear/linear.h"
 #include "kernels/prefill_attention/prefill_attention.h"
 #include "kernels/prefill_gemm/prefill_gemm_amx.h"
 #include "kernels/prefill_gemm/prefill_gemm_int8.h"
@@ -22,13 +22,14 @@ constexpr int64_t kPrefillMlpRows = 1024;
 }  // namespace
 
 LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType dtype,
-                       at::Device device)
+                       at::Device device, const LinearPrecision& precision)
     : config_(std::move(config)),
       w_(std::move(weights)),
       dtype_(dtype),
       // Weight-only bfloat16 on CPU (see the header).
       compute_dtype_(device.is_cpu() && dtype == at::kBFloat16 ? at::kFloat : dtype),
-      device_(device) {
+      device_(device),
+      precision_(precision) {
   inv_freq_ = RopeInvFreq(config_, device_);
   // Norm weights are tiny: keep them in the compute dtype, unrounded.
   for (LayerWeights& l : w_.layers) {
@@ -36,116 +37,18 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType 
     l.mlp_norm = l.mlp_norm.to(compute_dtype_);
   }
   w_.final_norm = w_.final_norm.to(compute_dtype_);
+  PrepareLinearMethods(w_, precision_, device_);
   step_on_own_kernels_ = StepOnOwnKernels();
 }
 
-namespace {
-
-// `w` decoded and rounded to bfloat16, a row group at a time (a group's
-// float32 copy is the only transient).
-at::Tensor BFloat16Copy(const LinearWeight& w) {
-  if (!w.quantized()) return w.dense.to(at::kBFloat16);
-  std::vector<at::Tensor> groups;
-  for (const kernels::QuantMatrix& part : w.parts) {
-    groups.push_back(kernels::dequantize(part).to(at::kBFloat16));
-  }
-  return at::cat(groups, 0);
-}
-
-// Whether every part of `w` has int8 panels (kernels/prefill_gemm/prefill_gemm_int8.h)
-// and this CPU runs them fast: without VNNI only their portable twin would,
-// and the AVX2 row kernel of quant_dot.h is faster there.
-bool HasInt8Panels(const LinearWeight& w) {
-  if (!w.quantized() || kernels::cpu_isa() < kernels::CpuIsa::kAvx512Vnni) return false;
-  for (const kernels::QuantMatrix& part : w.parts) {
-    if (!kernels::has_int8_panels(part.type)) return false;
-  }
-  return true;
-}
-
-// Decode's panels of one part: nibbles where the type has them (decode reads
-// every weight each step), else bytes.
-kernels::Int8Panels DecodePanels(const kernels::QuantMatrix& part) {
-  return kernels::pack_int8_panels(part, kernels::has_nibble_panels(part.type));
-}
-
-// `linear(part)` for each part of a fused matrix, columns side by side.
-template <typename Part, typename Fn>
-at::Tensor PartColumns(const std::vector<Part>& parts, const Fn& linear) {
-  if (parts.size() == 1) return linear(parts[0]);
-  std::vector<at::Tensor> columns;
-  columns.reserve(parts.size());
-  for (const Part& part : parts) columns.push_back(linear(part));
-  return at::cat(columns, 1);
-}
-
-}  // namespace
-
-kernels::PrefillGemm LlamaModel::float_prefill_gemm() const {
-  return prefill_gemm_ == kernels::PrefillGemm::kFloat32 ? kernels::PrefillGemm::kFloat32
-                                                         : kernels::PrefillGemm::kBFloat16;
-}
-
-void LlamaModel::set_prefill_gemm(kernels::PrefillGemm gemm) {
-  prefill_gemm_ = gemm;
-  repacked_bytes_ = 0;
-  const bool cpu = device_.is_cpu();
-  const bool int8_decode = quant_dot_ == kernels::QuantDot::kInt8;
-  // The LM head gets decode panels only: a prefill asks it for one row of
-  // logits (decode-sized).
-  w_.lm_head.decode_panels.clear();
-  if (cpu && int8_decode && HasInt8Panels(w_.lm_head)) {
-    for (const kernels::QuantMatrix& part : w_.lm_head.parts) {
-      w_.lm_head.decode_panels.push_back(DecodePanels(part));
-      repacked_bytes_ += w_.lm_head.decode_panels.back().nbytes();
+int64_t LlamaModel::repacked_bytes() const {
+  int64_t bytes = w_.lm_head.method.repacked_bytes;
+  for (const LayerWeights& l : w_.layers) {
+    for (const LinearWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) {
+      bytes += w->method.repacked_bytes;
     }
   }
-  for (LayerWeights& l : w_.layers) {
-    for (LinearWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) {
-      const bool panels = cpu && HasInt8Panels(*w);
-      const bool prompt_panels = panels && gemm == kernels::PrefillGemm::kInt8;
-      w->prompt_panels.clear();
-      w->decode_panels.clear();
-      for (const kernels::QuantMatrix& part : w->parts) {
-        if (prompt_panels) {
-          w->prompt_panels.push_back(kernels::pack_int8_panels(part));
-          repacked_bytes_ += w->prompt_panels.back().nbytes();
-        }
-        if (!panels || !int8_decode) continue;
-        if (prompt_panels && !kernels::has_nibble_panels(part.type)) {
-          // Decode would pack the same bytes: share the prompt's tensors.
-          w->decode_panels.push_back(w->prompt_panels.back());
-        } else {
-          w->decode_panels.push_back(DecodePanels(part));
-          repacked_bytes_ += w->decode_panels.back().nbytes();
-        }
-      }
-      // Prompts take the panels under kInt8, else a bfloat16 copy under
-      // kBFloat16 or kInt8.
-      const bool copy = cpu && gemm != kernels::PrefillGemm::kFloat32 && !prompt_panels;
-      if (!copy) {
-        w->prefill_bf16 = at::Tensor();
-        w->prefill_amx = at::Tensor();
-        continue;
-      }
-      if (w->prefill_amx.defined()) {
-        repacked_bytes_ += static_cast<int64_t>(w->prefill_amx.nbytes());
-        continue;
-      }
-      if (!w->prefill_bf16.defined()) w->prefill_bf16 = BFloat16Copy(*w);
-      // On AMX the tiles' layout replaces the row-major copy.
-      if (kernels::amx_gemm_fits(w->rows(), w->cols())) {
-        w->prefill_amx = kernels::pack_amx_weight(w->prefill_bf16);
-        w->prefill_bf16 = at::Tensor();
-        repacked_bytes_ += static_cast<int64_t>(w->prefill_amx.nbytes());
-        continue;
-      }
-      // A bfloat16 dense weight is its own "copy": no extra bytes.
-      if (!w->prefill_bf16.is_same(w->dense)) {
-        repacked_bytes_ += static_cast<int64_t>(w->prefill_bf16.nbytes());
-      }
-    }
-  }
+  return bytes;
 }
 
 int64_t LlamaModel::bf16_dot_matrices() const {
@@ -160,58 +63,6 @@ int64_t LlamaModel::bf16_dot_matrices() const {
   return n;
 }
 
-at::Tensor LlamaModel::Linear(const at::Tensor& x, const LinearWeight& w) const {
-  const bool prompt = x.size(0) > kernels::kLinearSmallRows;
-  // Int8 panels: for prompts under --prefill-gemm=int8, for decode-sized
-  // batches under --quantized-dot=int8. A row's bits do not depend on how
-  // many rows come with it (kernels/prefill_gemm/prefill_gemm_int8.h), so batching
-  // invariance holds on them.
-  const std::vector<kernels::Int8Panels>& panels = w.panels_for(x.size(0));
-  if (!panels.empty()) {
-    return PartColumns(
-        panels, [&](const kernels::Int8Panels& p) { return kernels::linear_int8_panels(x, p); });
-  }
-  if (prompt && w.prefill_amx.defined()) {
-    return kernels::linear_amx(x, w.prefill_amx, kernels::AmxOut::kFloat32);
-  }
-  if (prompt && w.prefill_bf16.defined()) {
-    return kernels::linear_float32(x, w.prefill_bf16, float_prefill_gemm());
-  }
-  // GGUF blocks (CPU only): decoded row by row inside the kernel; a matrix of
-  // several block types is computed a row group at a time.
-  if (w.quantized()) {
-    return PartColumns(w.parts, [&](const kernels::QuantMatrix& part) {
-      return kernels::linear_quantized(x, part, quant_dot_, float_prefill_gemm());
-    });
-  }
-  // CPU float32 compute (float32 or bfloat16 weights): the fixed-order kernel
-  // for decode-sized batches (kernels/linear/linear.h); elsewhere LibTorch's.
-  const at::Tensor& d = w.dense;
-  if (x.is_cpu() && x.scalar_type() == at::kFloat &&
-      (d.scalar_type() == at::kFloat || d.scalar_type() == at::kBFloat16)) {
-    return kernels::linear_float32(x, d, float_prefill_gemm(), decode_dot_);
-  }
-  return at::linear(x, d);
-}
-
-at::Tensor LlamaModel::LinearWidenedLater(const at::Tensor& x, const LinearWeight& w) const {
-  // Linear's choice, in its order: the panels come first.
-  if (x.size(0) <= kernels::kLinearSmallRows || !w.panels_for(x.size(0)).empty()) {
-    return Linear(x, w);
-  }
-  if (w.prefill_amx.defined()) {
-    return kernels::linear_amx(x, w.prefill_amx, kernels::AmxOut::kBFloat16);
-  }
-  if (w.prefill_bf16.defined() && float_prefill_gemm() == kernels::PrefillGemm::kBFloat16) {
-    return kernels::linear_bf16_gemm(x, w.prefill_bf16);
-  }
-  return Linear(x, w);
-}
-
-bool LlamaModel::TakesBFloat16(const LinearWeight& w, int64_t rows) {
-  return rows > kernels::kLinearSmallRows && w.panels_for(rows).empty() && w.prefill_amx.defined();
-}
-
 bool LlamaModel::FusedCuda(const at::Tensor& x) {
   return x.is_cuda() && kernels::cuda_fused_enabled();
 }
@@ -221,7 +72,7 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight,
   // As transformers' LlamaRMSNorm: statistics in float32, scale in the compute
   // dtype. x is the float32 residual stream; the result feeds a matmul.
   if (FusedRowwise(x)) {
-    const bool bf16 = consumer != nullptr && TakesBFloat16(*consumer, x.size(0));
+    const bool bf16 = consumer != nullptr && consumer->method.takes_bfloat16(x.size(0));
     return kernels::rms_norm(x, weight, config_.rms_norm_eps, bf16 ? at::kBFloat16 : at::kFloat);
   }
   // CUDA: one kernel, the same formula and roundings (kernels/fused/fused_cuda.h).
@@ -237,20 +88,6 @@ at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight,
   return weight * (xf * at::rsqrt(variance + config_.rms_norm_eps)).to(compute_dtype_);
 }
 
-void LlamaModel::AddLinear(at::Tensor& h, const at::Tensor& x, const LinearWeight& w) const {
-  const std::vector<kernels::Int8Panels>& panels = w.panels_for(x.size(0));
-  if (panels.size() == 1 && h.is_contiguous() && h.scalar_type() == at::kFloat) {
-    kernels::linear_int8_panels_add_(h, x, panels[0]);
-    return;
-  }
-  if (panels.empty() && w.prefill_amx.defined() && x.size(0) > kernels::kLinearSmallRows &&
-      h.is_contiguous() && h.scalar_type() == at::kFloat) {
-    kernels::linear_amx_add_(h, x.contiguous(), w.prefill_amx);
-    return;
-  }
-  h.add_(Linear(x, w));
-}
-
 void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& x) const {
   // The fused SwiGLU reads a bfloat16 GEMM product as it is: [m, 2 *
   // intermediate], the layer's largest output (kernels/rowwise/rowwise.h).
@@ -262,54 +99,54 @@ void LlamaModel::AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& 
     // On AMX tiles both products and the gate run as one pass
     // (kernels/prefill_gemm/prefill_gemm_amx.h, mlp_amx_add_): the same bits.
     if (MlpInOnePass(h, l)) {
-      return kernels::mlp_amx_add_(h, x.contiguous(), l.gate_up.prefill_amx, l.down.prefill_amx);
+      return kernels::mlp_amx_add_(h, x.contiguous(), l.gate_up.method.amx_tiles,
+                                   l.down.method.amx_tiles);
     }
-    const bool bf16 = TakesBFloat16(l.down, x.size(0));
-    return AddLinear(
-        h, kernels::silu_mul(LinearWidenedLater(x, l.gate_up), bf16 ? at::kBFloat16 : at::kFloat),
-        l.down);
+    const bool bf16 = l.down.method.takes_bfloat16(x.size(0));
+    return AddLinear(h, l.down,
+                     kernels::silu_mul(ApplyLinearWidenedLater(l.gate_up, x),
+                                       bf16 ? at::kBFloat16 : at::kFloat));
   }
-  at::Tensor gate_up = Linear(x, l.gate_up);  // [m, 2 * intermediate]
+  at::Tensor gate_up = ApplyLinear(l.gate_up, x);  // [m, 2 * intermediate]
   const int64_t inter = config_.intermediate;
   if (FusedCuda(gate_up) && gate_up.dim() == 2 && gate_up.stride(1) == 1) {
     at::Tensor act = at::empty({gate_up.size(0), inter}, gate_up.options());
     kernels::silu_mul_cuda_out(gate_up, act);
-    AddLinear(h, act, l.down);
+    AddLinear(h, l.down, act);
     return;
   }
   at::Tensor act = at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter);
-  AddLinear(h, act, l.down);
+  AddLinear(h, l.down, act);
 }
 
 bool LlamaModel::MlpInOnePass(const at::Tensor& h, const LayerWeights& l) const {
-  return FusedRowwise(h) && TakesBFloat16(l.gate_up, h.size(0)) &&
-         TakesBFloat16(l.down, h.size(0)) &&
+  return FusedRowwise(h) && l.gate_up.method.takes_bfloat16(h.size(0)) &&
+         l.down.method.takes_bfloat16(h.size(0)) &&
          kernels::amx_mlp_fits(config_.intermediate, config_.hidden) && h.is_contiguous();
 }
 
 const kernels::Int8Panels* LlamaModel::SinglePanels(const at::Tensor& x,
                                                     const LinearWeight& w) const {
-  const std::vector<kernels::Int8Panels>& panels = w.panels_for(x.size(0));
-  return FusedRowwise(x) && panels.size() == 1 ? &panels[0] : nullptr;
+  return FusedRowwise(x) ? w.method.single_panels(x.size(0)) : nullptr;
 }
 
 at::Tensor LlamaModel::NormedLinear(const at::Tensor& h, const at::Tensor& norm,
                                     const LinearWeight& w) const {
-  if (FusedRowwise(h) && TakesBFloat16(w, h.size(0)) && h.is_contiguous()) {
-    return kernels::linear_amx(h, w.prefill_amx, kernels::AmxOut::kFloat32,
+  if (FusedRowwise(h) && w.method.takes_bfloat16(h.size(0)) && h.is_contiguous()) {
+    return kernels::linear_amx(h, w.method.amx_tiles, kernels::AmxOut::kFloat32,
                                {&norm, config_.rms_norm_eps});
   }
   if (const kernels::Int8Panels* panels = SinglePanels(h, w)) {
     return kernels::linear_int8_panels(h, *panels, kernels::cpu_isa(),
                                        kernels::Int8Input::rms_norm(norm, config_.rms_norm_eps));
   }
-  return Linear(RmsNorm(h, norm, &w), w);
+  return ApplyLinear(w, RmsNorm(h, norm, &w));
 }
 
 void LlamaModel::AddNormedMlp(at::Tensor& h, const LayerWeights& l,
                               at::Tensor* gate_up_buffer) const {
   if (MlpInOnePass(h, l)) {
-    kernels::mlp_amx_add_(h, h, l.gate_up.prefill_amx, l.down.prefill_amx,
+    kernels::mlp_amx_add_(h, h, l.gate_up.method.amx_tiles, l.down.method.amx_tiles,
                           {&l.mlp_norm, config_.rms_norm_eps});
     return;
   }
@@ -385,7 +222,7 @@ bool LlamaModel::InSlidingWindow(int64_t start, int64_t rows) const {
 }
 
 bool LlamaModel::LowPrecisionAttention(const at::Tensor& q, int64_t start) const {
-  return float_prefill_gemm() == kernels::PrefillGemm::kBFloat16 && device_.is_cpu() &&
+  return precision_.float_prefill() == kernels::PrefillGemm::kBFloat16 && device_.is_cpu() &&
          !InSlidingWindow(start, q.size(1)) && q.scalar_type() == at::kFloat;
 }
 
@@ -397,14 +234,14 @@ void LlamaModel::AddAttention(at::Tensor& h, const at::Tensor& q, const at::Tens
   // tiles (kernels/prefill_attention/prefill_attention.h, prefill_attention_amx_packed): the
   // same bits as its float32 output packed by the GEMM, without that pass.
   if (LowPrecisionAttention(q, start) && kernels::has_prefill_attention_amx(D) &&
-      TakesBFloat16(o_proj, rows) && h.is_contiguous() && h.scalar_type() == at::kFloat) {
+      o_proj.method.takes_bfloat16(rows) && h.is_contiguous() && h.scalar_type() == at::kFloat) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     kernels::linear_amx_add_(h, kernels::prefill_attention_amx_packed(q, k, v, scale),
-                             o_proj.prefill_amx);
+                             o_proj.method.amx_tiles);
     return;
   }
   const at::Tensor attn = ChunkAttention(q, k, v, start);  // [H, rows, D]
-  AddLinear(h, attn.transpose(0, 1).reshape({rows, config_.num_heads * D}), o_proj);
+  AddLinear(h, o_proj, attn.transpose(0, 1).reshape({rows, config_.num_heads * D}));
 }
 
 at::Tensor LlamaModel::ChunkAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -558,7 +395,7 @@ at::Tensor LlamaModel::Decode(const std::vector<int64_t>& seqs, const std::vecto
       const LayerWeights& l = w_.layers[i];
       const QkvHeads heads = DecodeQkv(h, l, buffers, cos, sin, pos);
       at::Tensor attn = store.DecodeAttention(seqs, i, heads.q, heads.k, heads.v);  // [B, H, D]
-      AddLinear(h, attn.reshape({B, H * D}), l.o_proj);
+      AddLinear(h, l.o_proj, attn.reshape({B, H * D}));
       AddNormedMlp(h, l, &buffers.gate_up);
     }
     store.EndDecodeStep();

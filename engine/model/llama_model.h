@@ -3,7 +3,10 @@
 // SwiGLU, tied or untied embeddings, Mistral's sliding window). It owns the
 // weights and nothing else: K/V live in a KvStore the caller passes in
 // (kv_store.h), so the same forward serves the dense test cache, the paged
-// cache and SnapKV. It never samples; it returns logits.
+// cache and SnapKV. It never samples; it returns logits. Each matrix is
+// multiplied by the kernels its LinearMethod chose when the model was built
+// (linear_method.h); the forward asks a matrix's method which kernel serves
+// it where it fuses a row-wise step into that kernel.
 //
 // Numerics follow transformers op for op (RMSNorm in float32, RoPE cos/sin in
 // float32 cast to the compute dtype, softmax in float32), so float32 logits
@@ -38,10 +41,9 @@
 
 #include "engine/common/status_or.h"
 #include "engine/model/kv_store.h"
+#include "engine/model/linear_precision.h"
 #include "engine/model/model_config.h"
 #include "engine/model/weights.h"
-#include "kernels/linear/decode_dot.h"
-#include "kernels/linear/linear.h"
 
 namespace snapserve::model {
 
@@ -72,34 +74,19 @@ struct PromptState {
 
 class LlamaModel {
  public:
-  LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType dtype, at::Device device);
+  // Chooses every matrix's kernel for `precision` and makes what those
+  // kernels read (int8 panels, bfloat16 copies, AMX tiles), on the calling
+  // thread (linear_method.h, PrepareLinearMethods).
+  LlamaModel(ModelConfig config, LlamaWeights weights, at::ScalarType dtype, at::Device device,
+             const LinearPrecision& precision = {});
 
-  // How decode-sized batches multiply GGUF blocks (kernels/linear/linear.h): exact
-  // decoding (the default) or int8 block dot products.
-  void set_quant_dot(kernels::QuantDot dot) { quant_dot_ = dot; }
-  kernels::QuantDot quant_dot() const { return quant_dot_; }
-  // How decode-sized batches multiply bfloat16 weights on CPU
-  // (kernels/linear/decode_dot.h): float32 activations (the default) or bfloat16
-  // dot products.
-  void set_decode_dot(kernels::DecodeDot dot) { decode_dot_ = dot; }
-  kernels::DecodeDot decode_dot() const { return decode_dot_; }
-  // Matrices the decode dot applies to: the layers' and the LM head's that
+  // The precision the model's matrices were prepared for.
+  const LinearPrecision& linear_precision() const { return precision_; }
+  // Matrices --decode-dot applies to: the layers' and the LM head's that
   // are dense bfloat16 on CPU (GGUF blocks and float32 matrices are not).
   int64_t bf16_dot_matrices() const;
-  // The GEMM of prompt-sized batches on CPU (kernels/prefill_gemm/prefill_gemm.h):
-  // float32 (the default), bfloat16 inputs with float32 accumulation, or
-  // int8 products on GGUF legacy blocks. Call it after set_quant_dot: it
-  // also makes what both need, on the calling thread:
-  // - int8 panels (kernels/prefill_gemm/prefill_gemm_int8.h) of the legacy-block
-  //   matrices: byte panels (1.1 bytes per weight) of the layers' under gemm
-  //   kInt8, for prompts; under quant_dot kInt8, panels of the layers' and
-  //   the LM head's for decode-sized batches, where they are the int8 dot's
-  //   kernel (4-bit types as nibbles: 0.6 bytes per weight);
-  // - a bfloat16 copy (2 bytes per weight) of each other layer matrix under
-  //   kBFloat16 or kInt8.
-  void set_prefill_gemm(kernels::PrefillGemm gemm);
-  // Bytes of those panels and copies (0 when none are kept).
-  int64_t repacked_bytes() const { return repacked_bytes_; }
+  // Bytes of the matrices' repacked data (0 when none is kept).
+  int64_t repacked_bytes() const;
 
   const ModelConfig& config() const { return config_; }
   // Storage dtype of the weights (and of a KV cache made for this model).
@@ -136,34 +123,21 @@ class LlamaModel {
                     const std::vector<int64_t>& positions, KvStore& store);
 
  private:
-  // x [m, in] in the compute dtype, w [out, in] -> [m, out].
-  at::Tensor Linear(const at::Tensor& x, const LinearWeight& w) const;
-  // Linear, except that the bfloat16 prompt GEMM's product stays bfloat16
-  // (kernels::linear_bf16_gemm), for a consumer that widens it as it reads.
-  at::Tensor LinearWidenedLater(const at::Tensor& x, const LinearWeight& w) const;
   // RMSNorm of x feeding `consumer`: rounded to bfloat16 already where
-  // `consumer` multiplies x's rows on AMX tiles (TakesBFloat16), the bits
+  // `consumer` multiplies x's rows on AMX tiles (LinearMethod::takes_bfloat16), the bits
   // that GEMM would round them to.
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight,
                      const LinearWeight* consumer = nullptr) const;
-  // Whether `w` multiplies `rows` rows on AMX tiles (its bfloat16 tiles, no
-  // int8 panels for that many rows): it rounds its input to bfloat16 first,
-  // so a producer may hand it bfloat16 (kernels/rowwise/rowwise.h).
-  static bool TakesBFloat16(const LinearWeight& w, int64_t rows);
-  // h += x · wᵀ (h the float32 residual rows): in the int8 panels' own
-  // store where x's batch has panels (no intermediate tensor, no separate
-  // add; the same bits), else h.add_(Linear(x, w)).
-  void AddLinear(at::Tensor& h, const at::Tensor& x, const LinearWeight& w) const;
   // h += the MLP of x.
   void AddMlp(at::Tensor& h, const LayerWeights& l, const at::Tensor& x) const;
   // Whether AddMlp runs both products and the gate as one pass on AMX tiles
   // (kernels::mlp_amx_add_) for h's rows.
   bool MlpInOnePass(const at::Tensor& h, const LayerWeights& l) const;
-  // The one set of int8 panels w has for `rows` rows, where the row-wise
-  // step before it can run inside its quantization (FusedRowwise rows);
-  // else nullptr (no panels, or a matrix of several block types).
+  // The one set of int8 panels w has for x's rows, where the row-wise step
+  // before it can run inside its quantization (FusedRowwise rows); else
+  // nullptr (LinearMethod::single_panels).
   const kernels::Int8Panels* SinglePanels(const at::Tensor& x, const LinearWeight& w) const;
-  // Linear(RmsNorm(h, norm, &w), w), and AddMlp(h, l, RmsNorm(h, l.mlp_norm,
+  // ApplyLinear(w, RmsNorm(h, norm, &w)), and AddMlp(h, l, RmsNorm(h, l.mlp_norm,
   // &l.gate_up)): on AMX tiles the norm runs as the GEMM packs h's rows
   // (kernels/prefill_gemm/prefill_gemm_amx.h, AmxRowNorm), on int8 panels as the GEMM
   // quantizes them, and the SwiGLU gate too (kernels/prefill_gemm/prefill_gemm_int8.h,
@@ -231,23 +205,16 @@ class LlamaModel {
   at::ScalarType compute_dtype_;
   at::Device device_;
   at::Tensor inv_freq_;  // [head_dim / 2] float32
-  kernels::QuantDot quant_dot_ = kernels::QuantDot::kExact;
-  kernels::DecodeDot decode_dot_ = kernels::DecodeDot::kFloat32;
-  // kBFloat16 under kInt8: the precision of what has no int8 panels (dense
-  // and K-quant matrices, the prompt's attention).
-  kernels::PrefillGemm float_prefill_gemm() const;
-
-  kernels::PrefillGemm prefill_gemm_ = kernels::PrefillGemm::kFloat32;
+  LinearPrecision precision_;
   bool step_on_own_kernels_ = false;  // StepOnOwnKernels(), fixed at load
-  int64_t repacked_bytes_ = 0;
 };
 
 // Loads a model: a .gguf file, a Hugging Face directory (config.json +
 // safetensors) or a synthetic spec (synthetic_weights.h). `log` receives
-// progress lines (default: stderr). `quant_dot` applies to GGUF blocks kept
-// quantized on CPU.
-StatusOr<std::unique_ptr<LlamaModel>> LoadModel(
-    const std::string& path, at::ScalarType dtype, at::Device device,
-    const LogFn& log = LogToStderr, kernels::QuantDot quant_dot = kernels::QuantDot::kExact);
+// progress lines (default: stderr). Every matrix's kernel is chosen for
+// `precision` as the model is built (LlamaModel's constructor).
+StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::ScalarType dtype,
+                                                at::Device device, const LogFn& log = LogToStderr,
+                                                const LinearPrecision& precision = {});
 
 }  // namespace snapserve::model

@@ -31,7 +31,7 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::ScalarType dtype,
                                                 at::Device device, const LogFn& log,
-                                                kernels::QuantDot quant_dot) {
+                                                const LinearPrecision& precision) {
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) {
     return Status::InvalidArgument(path + ": dtype must be float32, bfloat16 or float16");
   }
@@ -71,15 +71,14 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadModel(const std::string& path, at::Sca
     // Chosen here, at load time, so that a bad SNAPSERVE_CPU_ISA fails the
     // start rather than the first request.
     const char* isa = kernels::cpu_isa_name(kernels::cpu_isa());
-    auto model =
-        std::make_unique<LlamaModel>(std::move(config), std::move(weights).value(), dtype, device);
-    model->set_quant_dot(quant_dot);
+    auto model = std::make_unique<LlamaModel>(std::move(config), std::move(weights).value(), dtype,
+                                              device, precision);
     if (log) {
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       char line[128];
       std::snprintf(line, sizeof(line), "model ready in %.2f s (CPU kernels: %s, GGUF blocks: %s)",
-                    secs, isa, quant_dot == kernels::QuantDot::kInt8 ? "int8 dot" : "exact");
+                    secs, isa, precision.dot == kernels::QuantDot::kInt8 ? "int8 dot" : "exact");
       log(line);
     }
     return model;

@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/safetensors.h"
-#include "kernels/linear/linear.h"
 
 namespace snapserve::model {
 namespace {
@@ -136,10 +135,6 @@ class Loader {
 };
 
 }  // namespace
-
-const std::vector<kernels::Int8Panels>& LinearWeight::panels_for(int64_t rows) const {
-  return rows > kernels::kLinearSmallRows ? prompt_panels : decode_panels;
-}
 
 int64_t LinearWeight::rows() const {
   if (!quantized()) return dense.dim() == 2 ? dense.size(0) : -1;

@@ -15,8 +15,8 @@
 #include <ATen/ATen.h>
 
 #include "engine/common/status_or.h"
+#include "engine/model/linear_method.h"
 #include "engine/model/model_config.h"
-#include "kernels/prefill_gemm/prefill_gemm_int8.h"
 #include "kernels/quant/quant_matrix.h"
 
 namespace snapserve::model {
@@ -34,24 +34,10 @@ void LogToStderr(const std::string& line);
 struct LinearWeight {
   at::Tensor dense;                         // defined when not quantized
   std::vector<kernels::QuantMatrix> parts;  // else: row groups, in order
-  // The whole matrix decoded and rounded to bfloat16, kept for prompt-sized
-  // GEMMs under --prefill-gemm=bfloat16 (LlamaModel::set_prefill_gemm) so no
-  // chunk decodes and rounds the weights again; undefined otherwise.
-  at::Tensor prefill_bf16;
-  // The same rounding laid out as AMX tiles (kernels/prefill_gemm/prefill_gemm_amx.h),
-  // in place of prefill_bf16, where the CPU has AMX-BF16 and the shape fits.
-  at::Tensor prefill_amx;
-  // Parts repacked for int8 products (kernels/prefill_gemm/prefill_gemm_int8.h), one per
-  // part, when every part's type has them (LlamaModel::set_prefill_gemm):
-  // byte panels for prompts under --prefill-gemm=int8, and panels for
-  // decode-sized batches under --quantized-dot=int8 (nibbles for 4-bit
-  // types: decode reads every weight each step; the same bits). Empty
-  // otherwise.
-  std::vector<kernels::Int8Panels> prompt_panels, decode_panels;
+  // The kernels that multiply it and their repacked data, chosen once the
+  // model is loaded (linear_method.h, PrepareLinearMethod).
+  LinearMethod method;
 
-  // The panels a product of `rows` activation rows uses: the prompt's above
-  // kernels::kLinearSmallRows, else the decode's (either may be empty).
-  const std::vector<kernels::Int8Panels>& panels_for(int64_t rows) const;
   bool quantized() const { return !dense.defined(); }
   int64_t rows() const;
   int64_t cols() const;

@@ -43,16 +43,14 @@ LlamaModel& GetModel(const std::string& path, const std::string& dtype, const st
     const bool bf16_gemm = dtype.find(":bf16gemm") != std::string::npos;
     const bool int8_gemm = dtype.find(":int8gemm") != std::string::npos;
     const bool bf16_dot = dtype.find(":bf16dot") != std::string::npos;
-    auto m = LoadModel(path, ParseDtype(dtype), at::Device(device), LogToStderr,
-                       int8 ? kernels::QuantDot::kInt8 : kernels::QuantDot::kExact);
+    const LinearPrecision precision{
+        int8 ? kernels::QuantDot::kInt8 : kernels::QuantDot::kExact,
+        bf16_gemm   ? kernels::PrefillGemm::kBFloat16
+        : int8_gemm ? kernels::PrefillGemm::kInt8
+                    : kernels::PrefillGemm::kFloat32,
+        bf16_dot ? kernels::DecodeDot::kBFloat16 : kernels::DecodeDot::kFloat32};
+    auto m = LoadModel(path, ParseDtype(dtype), at::Device(device), LogToStderr, precision);
     TORCH_CHECK(m.ok(), m.status().ToString());
-    // As Engine::Create: after the load, always (it packs the int8 dot's
-    // panels too).
-    m.value()->set_prefill_gemm(bf16_gemm   ? kernels::PrefillGemm::kBFloat16
-                                : int8_gemm ? kernels::PrefillGemm::kInt8
-                                            : kernels::PrefillGemm::kFloat32);
-    m.value()->set_decode_dot(bf16_dot ? kernels::DecodeDot::kBFloat16
-                                       : kernels::DecodeDot::kFloat32);
     it = cache.emplace(key, std::move(m).value()).first;
   }
   return *it->second;

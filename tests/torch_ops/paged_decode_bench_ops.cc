@@ -41,11 +41,9 @@ LlamaModel& BenchModel(const std::string& path, const std::string& dtype,
   const std::string key = path + "|" + dtype + "|" + device;
   if (model == nullptr || key != loaded_key) {
     model.reset();  // free the previous model before loading the next
-    auto m = LoadModel(path, BenchDtype(dtype), at::Device(device), LogToStderr,
-                       kernels::QuantDot::kExact);
+    // The default LinearPrecision: float32 GEMMs, exact GGUF dot.
+    auto m = LoadModel(path, BenchDtype(dtype), at::Device(device), LogToStderr);
     TORCH_CHECK(m.ok(), m.status().ToString());
-    m.value()->set_prefill_gemm(kernels::PrefillGemm::kFloat32);
-    m.value()->set_decode_dot(kernels::DecodeDot::kFloat32);
     model = std::move(m).value();
     loaded_key = key;
   }

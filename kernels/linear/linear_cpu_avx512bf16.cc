@@ -17,101 +17,52 @@
 #include "kernels/linear/linear_cpu_tiles.h"
 
 #if defined(__x86_64__)
-#include "kernels/cpu/x86/avx512_intrinsics.h"
-#include "kernels/cpu/x86/isa_target.h"
-
-// After avx512_intrinsics.h, whose pragmas cover its shuffles.
-#include "kernels/cpu/x86/simd_sums.h"
+#define SNAPSERVE_TILE_TARGET SNAPSERVE_TARGET_AVX512BF16_AVX2_FMA
+#include "kernels/linear/linear_cpu_tile_avx512_driver.h"
 
 namespace snapserve::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kStep = 32;  // bfloat16 elements per vdpbf16ps (one 64-byte line)
-// As the float32 tile: prefetch later weight rows into L2 (linear_cpu_avx512.cc).
-constexpr int kPrefetchLocality = 2;
-
-SNAPSERVE_TARGET_AVX512BF16_AVX2_FMA inline __m512bh load_pairs(const uint16_t* p) {
-  return __builtin_bit_cast(__m512bh, _mm512_loadu_si512(p));
-}
-
-// The first `count` (< 32) elements at p, the rest zero: a zero element adds
-// an exact zero product to its lane.
-SNAPSERVE_TARGET_AVX512BF16_AVX2_FMA inline __m512bh load_tail(const uint16_t* p, int64_t count) {
-  const __mmask32 mask = (__mmask32{1} << count) - 1;
-  return __builtin_bit_cast(__m512bh, _mm512_maskz_loadu_epi16(mask, p));
-}
-
-// x rows i0 .. i0 + MX - 1 against weight rows wr[0 .. NW); `next_rows` rows
-// of `next` prefetched one line per step.
-template <int MX, int NW>
-SNAPSERVE_TARGET_AVX512BF16_AVX2_FMA void block(const Bf16Problem& p, const uint16_t* const* wr,
-                                                int64_t i0, int64_t n0, const uint16_t* const* next,
-                                                int next_rows) {
-  const int64_t k = p.k, k32 = k - k % kStep;
-  const uint16_t* x = p.x + i0 * k;
-  __m512 acc[MX][NW];
-#pragma GCC unroll 4
-  for (int r = 0; r < MX; ++r) {
-#pragma GCC unroll 4
-    for (int c = 0; c < NW; ++c) acc[r][c] = _mm512_setzero_ps();
+// Thirty-two bfloat16 elements per step (one 64-byte line), one vdpbf16ps;
+// the K % 32 elements are one more step with the missing elements zero,
+// before the lane sum: a zero element adds an exact zero product.
+struct BFloat16Step {
+  using Elem = uint16_t;
+  using Operand = __m512bh;
+  static constexpr int64_t kStep = 32;
+  [[gnu::always_inline]] SNAPSERVE_TILE_TARGET static __m512bh load(const uint16_t* p) {
+    return __builtin_bit_cast(__m512bh, _mm512_loadu_si512(p));
   }
-  for (int64_t j = 0; j < k32; j += kStep) {
-    for (int c = 0; c < next_rows; ++c) __builtin_prefetch(next[c] + j, 0, kPrefetchLocality);
-    __m512bh wv[NW];
-#pragma GCC unroll 4
-    for (int c = 0; c < NW; ++c) wv[c] = load_pairs(wr[c] + j);
-#pragma GCC unroll 4
-    for (int r = 0; r < MX; ++r) {
-      const __m512bh xv = load_pairs(x + r * k + j);
-#pragma GCC unroll 4
-      for (int c = 0; c < NW; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
-    }
+  // The first `count` (< 32) elements at p, the rest zero.
+  [[gnu::always_inline]] SNAPSERVE_TILE_TARGET static __m512bh load_short(const uint16_t* p,
+                                                                          int64_t count) {
+    const __mmask32 mask = (__mmask32{1} << count) - 1;
+    return __builtin_bit_cast(__m512bh, _mm512_maskz_loadu_epi16(mask, p));
   }
-  if (k32 < k) {
-#pragma GCC unroll 4
-    for (int r = 0; r < MX; ++r) {
-      const __m512bh xv = load_tail(x + r * k + k32, k - k32);
-#pragma GCC unroll 4
-      for (int c = 0; c < NW; ++c) {
-        acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, load_tail(wr[c] + k32, k - k32));
-      }
-    }
+  [[gnu::always_inline]] SNAPSERVE_TILE_TARGET static __m512 madd(__m512 acc, __m512bh x,
+                                                                  __m512bh w) {
+    return _mm512_dpbf16_ps(acc, x, w);
   }
-  if constexpr (MX == 4 && NW == 4) {
-    __m512 v[16];
+  template <int NW>
+  [[gnu::always_inline]] SNAPSERVE_TILE_TARGET static void add_short_step(__m512* acc,
+                                                                          const uint16_t* x,
+                                                                          const uint16_t* const* wr,
+                                                                          int64_t from, int64_t k) {
+    const __m512bh xv = load_short(x + from, k - from);
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) v[4 * r + c] = acc[r][c];
-    }
-    const __m512 sums = simd::sums_of_16(v);
-    float lanes[16];
-    _mm512_storeu_ps(lanes, sums);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) p.out[(i0 + r) * p.n_total + n0 + c] = lanes[4 * r + c];
-    }
-  } else {
-#pragma GCC unroll 4
-    for (int r = 0; r < MX; ++r) {
-#pragma GCC unroll 4
-      for (int c = 0; c < NW; ++c) {
-        p.out[(i0 + r) * p.n_total + n0 + c] = simd::lane_sum_avx512(acc[r][c]);
-      }
-    }
+    for (int c = 0; c < NW; ++c) acc[c] = madd(acc[c], xv, load_short(wr[c] + from, k - from));
   }
-}
+  static float finish(float total, const uint16_t*, const uint16_t*, int64_t, int64_t) {
+    return total;
+  }
+};
 
 }  // namespace
 
 void tile_avx512bf16(const Bf16Problem& p, const uint16_t* const* wr, int64_t rows, int64_t n0,
                      const uint16_t* const* next) {
-  for_each_block(p.m, rows, next,
-                 [&](auto mx, auto nw, int64_t i0, const uint16_t* const* first, int count) {
-                   block<decltype(mx)::value, decltype(nw)::value>(p, wr, i0, n0, first, count);
-                 });
+  tile::run<BFloat16Step>(p, wr, rows, n0, next);
 }
 
 SNAPSERVE_TARGET_AVX512BF16_AVX2_FMA void round_rows_to_bf16_avx512bf16(const float* x,

@@ -61,6 +61,15 @@ cpu::AttentionShape ShapeOf(const at::Tensor& q, const at::Tensor& k, int64_t gr
   return s;
 }
 
+// t [heads, rows, D] with each row's D floats contiguous: q, k and v are
+// usually views of the fused qkv product, contiguous in D, and then not copied.
+at::Tensor RowsContiguous(const at::Tensor& t) { return t.stride(2) == 1 ? t : t.contiguous(); }
+
+// The first float of head h's row r in such a tensor.
+const float* RowAt(const at::Tensor& t, int64_t h, int64_t r) {
+  return t.const_data_ptr<float>() + h * t.stride(0) + r * t.stride(1);
+}
+
 // Runs the kernel over every item. Items are head-major and alternate early
 // and late rows within a head (prefill_attention.h), so chunks of
 // consecutive items cost about the same; threads take them at run time
@@ -108,12 +117,8 @@ void AttendBf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, d
   // Rows are rounded 16 lanes at a time (cpu::round_to_bf16_avx512bf16,
   // cpu::pack_kv_tile_avx512bf16); each row of q, k and v has its last
   // dimension contiguous.
-  const at::Tensor qc = q.stride(2) == 1 ? q : q.contiguous();
-  const at::Tensor kc = k.stride(2) == 1 ? k : k.contiguous();
-  const at::Tensor vc = v.stride(2) == 1 ? v : v.contiguous();
-  auto row = [](const at::Tensor& t, int64_t h, int64_t r) {
-    return t.const_data_ptr<float>() + h * t.stride(0) + r * t.stride(1);
-  };
+  const at::Tensor qc = RowsContiguous(q), kc = RowsContiguous(k), vc = RowsContiguous(v);
+  const auto row = &RowAt;
   const float s = static_cast<float>(scale);
   // Position-major, heads inner: q, k and v are views of the fused qkv
   // product [rows, H + 2 Hkv, D], so this reads it front to back (head-major
@@ -226,12 +231,8 @@ at::Tensor prefill_attention_f32(const at::Tensor& q, const at::Tensor& k, const
     std::fill_n(k_tiles.get() + (g * tiles + tiles - 1) * tile, tile, 0.0f);
     std::fill_n(v_rows.get() + (g * tiles + tiles - 1) * tile, tile, 0.0f);
   }
-  const at::Tensor qc = q.stride(2) == 1 ? q : q.contiguous();
-  const at::Tensor kc = k.stride(2) == 1 ? k : k.contiguous();
-  const at::Tensor vc = v.stride(2) == 1 ? v : v.contiguous();
-  auto row = [](const at::Tensor& t, int64_t h, int64_t r) {
-    return t.const_data_ptr<float>() + h * t.stride(0) + r * t.stride(1);
-  };
+  const at::Tensor qc = RowsContiguous(q), kc = RowsContiguous(k), vc = RowsContiguous(v);
+  const auto row = &RowAt;
   const float s = static_cast<float>(scale);
   at::parallel_for(0, H * rows, 256, [&](int64_t begin, int64_t end) {
     for (int64_t hr = begin; hr < end; ++hr) {

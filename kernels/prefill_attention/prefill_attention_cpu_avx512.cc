@@ -166,11 +166,8 @@ void attend_items(const PackedAttentionF32& pa, int64_t begin, int64_t end, floa
 
 void prefill_attention_avx512(const PackedAttentionF32& p, int64_t item_begin, int64_t item_end,
                               float* out) {
-  if (p.dim == 64) {
-    attend_items<64>(p, item_begin, item_end, out);
-  } else {
-    attend_items<128>(p, item_begin, item_end, out);
-  }
+  with_head_dim(
+      p.dim, [&](auto dim) { attend_items<decltype(dim)::value>(p, item_begin, item_end, out); });
 }
 
 }  // namespace snapserve::kernels::cpu

@@ -236,11 +236,8 @@ SNAPSERVE_TARGET_AVX512BF16_DQ_AVX2_FMA_F16C void pack_kv_tile_avx512bf16(
 
 void prefill_attention_avx512bf16(const PackedAttention& p, int64_t item_begin, int64_t item_end,
                                   float* out) {
-  if (p.dim == 64) {
-    attend_items<64>(p, item_begin, item_end, out);
-  } else {
-    attend_items<128>(p, item_begin, item_end, out);
-  }
+  with_head_dim(
+      p.dim, [&](auto dim) { attend_items<decltype(dim)::value>(p, item_begin, item_end, out); });
 }
 
 }  // namespace snapserve::kernels::cpu

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/prefill_attention/prefill_attention.h"
 
@@ -32,6 +33,18 @@ inline void for_item(int64_t item, int64_t rows_padded, int64_t group_rows, cons
   const int64_t i = item % groups;
   const int64_t group = i % 2 == 0 ? i / 2 : groups - 1 - i / 2;
   fn(item / groups, group * group_rows);
+}
+
+// Calls fn(std::integral_constant<int, D>{}) for the head size D of `dim`:
+// the kernels are instantiated for 64 and 128 only (the callers' has_*
+// checks refuse other sizes).
+template <typename Fn>
+inline void with_head_dim(int64_t dim, const Fn& fn) {
+  if (dim == 64) {
+    fn(std::integral_constant<int, 64>{});
+  } else {
+    fn(std::integral_constant<int, 128>{});
+  }
 }
 
 // Where a work item's rows sit: the chunk's query row 0 is at position

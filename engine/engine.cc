@@ -90,10 +90,10 @@ StatusOr<uint64_t> ModelFingerprint(const EngineOptions& o, const model::LlamaMo
   const std::string id =
       "snapserve-prefix-v2|files=" + std::to_string(files) + "|dtype=" + dtype_name(o.dtype) +
       "|compute=" + std::string(c10::toString(m.compute_dtype())) + "|kv=" + dtype_name(kv_dtype) +
-      "|quantized_dot=" + quant_dot_name(o.quantized_dot) +
-      "|prefill_gemm=" + prefill_gemm_name(o.prefill_gemm) +
-      "|decode_dot=" + decode_dot_name(o.decode_dot) + "|device=" + device_name(o.device) +
-      "|isa=" + kernels::cpu_isa_name(kernels::cpu_isa()) +
+      "|quantized_dot=" + quant_dot_name(o.linear_precision.dot) +
+      "|prefill_gemm=" + prefill_gemm_name(o.linear_precision.prefill) +
+      "|decode_dot=" + decode_dot_name(o.linear_precision.decode) +
+      "|device=" + device_name(o.device) + "|isa=" + kernels::cpu_isa_name(kernels::cpu_isa()) +
       "|chunk=" + std::to_string(o.prefix_cache_chunk_tokens);
   return kv::StableHash(id);
 }
@@ -272,11 +272,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
         // The matrices' kernels are chosen, and their repacked data (int8
         // panels, bfloat16 copies) made, inside the load: on this thread too,
         // for the same reason.
-        const model::LinearPrecision precision{options.quantized_dot, options.prefill_gemm,
-                                               options.decode_dot};
+        const model::LinearPrecision& precision = options.linear_precision;
         SNAPSERVE_ASSIGN_OR_RETURN(
             impl->model, model::LoadModel(options.model_path, dtype, device, log, precision));
-        if (options.decode_dot == DecodeDot::kBFloat16) {
+        if (precision.decode == DecodeDot::kBFloat16) {
           log("--decode-dot=bfloat16: bfloat16 dot products at decode on " +
               std::to_string(impl->model->bf16_dot_matrices()) + " dense bfloat16 matrices (" +
               (kernels::has_avx512_bf16() ? "vdpbf16ps" : "emulated: this CPU lacks AVX512_BF16") +
@@ -284,8 +283,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(
         }
         if (const int64_t copy = impl->model->repacked_bytes(); copy > 0) {
           log(std::string("layers' matrices repacked for --prefill-gemm=") +
-              prefill_gemm_name(options.prefill_gemm) + " --quantized-dot=" +
-              quant_dot_name(options.quantized_dot) + ": " + std::to_string(copy >> 20) + " MiB");
+              prefill_gemm_name(precision.prefill) + " --quantized-dot=" +
+              quant_dot_name(precision.dot) + ": " + std::to_string(copy >> 20) + " MiB");
         }
         SNAPSERVE_ASSIGN_OR_RETURN(impl->tokenizer, LoadTokenizer(options.model_path));
       } catch (const std::exception& e) {

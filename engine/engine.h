@@ -19,6 +19,7 @@
 #include "engine/common/status.h"
 #include "engine/common/status_or.h"
 #include "engine/engine_types.h"
+#include "engine/model/linear_precision.h"
 #include "engine/result_sink.h"
 #include "engine/token_logprobs.h"
 
@@ -35,18 +36,12 @@ struct EngineOptions {
   // doubles the tokens kv_cache_memory_bytes holds (docs/kv-cache-and-scheduling.md).
   std::optional<Dtype> kv_cache_dtype;
   Device device = Device::Cpu();
-  // GGUF blocks on CPU at decode: exact (bit-equal to the decoded float32
-  // model) or int8 block dot products (no weight widened to float32, so fewer
-  // instructions per weight; docs/quantized-weights.md).
-  QuantDot quantized_dot = QuantDot::kExact;
-  // The GEMM of prompt chunks on CPU: float32 (the decoded model's numbers),
-  // bfloat16 (native multiply-adds of bfloat16 pairs on AVX512_BF16 and AMX
-  // CPUs) or int8 (kernels/prefill_gemm/prefill_gemm.h, kernels/linear/linear.h).
-  PrefillGemm prefill_gemm = PrefillGemm::kFloat32;
-  // Decode-sized batches on bfloat16 weights (CPU, --dtype=bfloat16):
-  // float32 activations (weight-only bfloat16) or bfloat16 dot products
-  // (kernels/linear/decode_dot.h).
-  DecodeDot decode_dot = DecodeDot::kFloat32;
+  // The linear layers' arithmetic (engine/model/linear_precision.h): the
+  // GGUF decode dot (exact or int8), the prompt GEMM (float32, bfloat16 or
+  // int8) and the bfloat16-weight decode dot, from which each matrix's kernel
+  // is chosen once at load. The server resolves it from --precision
+  // (engine/precision.h); the defaults are the exact paths.
+  model::LinearPrecision linear_precision;
   int threads = 0;  // intra-op threads; 0: LibTorch's default
 
   int64_t kv_cache_memory_bytes = int64_t{2} << 30;

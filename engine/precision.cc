@@ -7,10 +7,8 @@ namespace {
 
 // One preset's choice before the explicit settings are applied.
 struct Choice {
-  std::optional<Dtype> dtype;  // unset: keep the configured model dtype
-  QuantDot quantized_dot = QuantDot::kExact;
-  PrefillGemm prefill_gemm = PrefillGemm::kFloat32;
-  DecodeDot decode_dot = DecodeDot::kFloat32;
+  std::optional<Dtype> dtype;           // unset: keep the configured model dtype
+  model::LinearPrecision linear;        // the exact paths unless the preset says otherwise
   std::optional<Dtype> kv_cache_dtype;  // unset: the model dtype
   int block_size = 16;
 };
@@ -44,26 +42,26 @@ Choice CpuChoice(Precision preset, const HardwareFacts& hw, Dtype model_dtype) {
       // place (AVX-512); below that each block is widened to float32 first,
       // which costs more than the bytes it saves. Larger blocks make the
       // paged attention's inner loops longer and its block tables shorter.
-      c.quantized_dot = hw.avx2 ? QuantDot::kInt8 : QuantDot::kExact;
-      c.prefill_gemm = FastestPrefillGemm(hw);
+      c.linear.dot = hw.avx2 ? QuantDot::kInt8 : QuantDot::kExact;
+      c.linear.prefill = FastestPrefillGemm(hw);
       c.kv_cache_dtype = hw.avx512 ? std::optional<Dtype>(Dtype::kInt8) : std::nullopt;
       c.block_size = 64;
-      if (model_dtype == Dtype::kBFloat16 && hw.avx512_bf16) c.decode_dot = DecodeDot::kBFloat16;
+      if (model_dtype == Dtype::kBFloat16 && hw.avx512_bf16) c.linear.decode = DecodeDot::kBFloat16;
       return c;
     case Precision::kInt8:
-      c.quantized_dot = QuantDot::kInt8;
+      c.linear.dot = QuantDot::kInt8;
       // Without VNNI there are no int8 prompt panels, and kInt8 would fall
       // back to an emulated bfloat16 GEMM: float32 is the int8 preset's
       // prompt GEMM there.
-      c.prefill_gemm = hw.int8_panels ? PrefillGemm::kInt8 : PrefillGemm::kFloat32;
+      c.linear.prefill = hw.int8_panels ? PrefillGemm::kInt8 : PrefillGemm::kFloat32;
       c.kv_cache_dtype = Dtype::kInt8;
       c.block_size = 64;
       return c;
     case Precision::kBFloat16:
-      c.prefill_gemm = PrefillGemm::kBFloat16;
+      c.linear.prefill = PrefillGemm::kBFloat16;
       c.kv_cache_dtype = Dtype::kBFloat16;
       c.block_size = 64;
-      if (model_dtype == Dtype::kBFloat16) c.decode_dot = DecodeDot::kBFloat16;
+      if (model_dtype == Dtype::kBFloat16) c.linear.decode = DecodeDot::kBFloat16;
       return c;
   }
   return c;
@@ -113,9 +111,10 @@ std::string ResolvePrecision(Precision preset, const PrecisionOverrides& overrid
   const Dtype configured_dtype = overrides.dtype.value_or(options.dtype);
   const Choice c = hw.cuda ? CudaChoice(preset) : CpuChoice(preset, hw, configured_dtype);
   options.dtype = overrides.dtype.value_or(c.dtype.value_or(options.dtype));
-  options.quantized_dot = overrides.quantized_dot.value_or(c.quantized_dot);
-  options.prefill_gemm = overrides.prefill_gemm.value_or(c.prefill_gemm);
-  options.decode_dot = overrides.decode_dot.value_or(c.decode_dot);
+  model::LinearPrecision& linear = options.linear_precision;
+  linear.dot = overrides.quantized_dot.value_or(c.linear.dot);
+  linear.prefill = overrides.prefill_gemm.value_or(c.linear.prefill);
+  linear.decode = overrides.decode_dot.value_or(c.linear.decode);
   options.kv_cache_dtype = overrides.kv_cache_dtype ? overrides.kv_cache_dtype : c.kv_cache_dtype;
   options.block_size = overrides.block_size.value_or(c.block_size);
 
@@ -125,13 +124,12 @@ std::string ResolvePrecision(Precision preset, const PrecisionOverrides& overrid
     line += std::string("dtype ") + dtype_name(options.dtype);
   } else {
     line += std::string("decode ") +
-            (options.quantized_dot == QuantDot::kInt8
-                 ? std::string("int8 dot (") + hw.isa_name + ")"
-                 : std::string("exact dot (") + hw.isa_name + ")") +
-            ", prefill " + prefill_gemm_name(options.prefill_gemm) +
-            (options.prefill_gemm == PrefillGemm::kBFloat16 && hw.amx ? " (amx)" : "") +
-            ", dtype " + dtype_name(options.dtype);
-    if (options.decode_dot == DecodeDot::kBFloat16) line += ", bfloat16 decode dot";
+            (linear.dot == QuantDot::kInt8 ? std::string("int8 dot (") + hw.isa_name + ")"
+                                           : std::string("exact dot (") + hw.isa_name + ")") +
+            ", prefill " + prefill_gemm_name(linear.prefill) +
+            (linear.prefill == PrefillGemm::kBFloat16 && hw.amx ? " (amx)" : "") + ", dtype " +
+            dtype_name(options.dtype);
+    if (linear.decode == DecodeDot::kBFloat16) line += ", bfloat16 decode dot";
   }
   line += std::string(", KV ") + dtype_name(kv) + ", block " + std::to_string(options.block_size);
   return line;

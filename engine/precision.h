@@ -51,8 +51,8 @@ struct HardwareFacts {
 
 HardwareFacts DetectHardware(const Device& device, const std::string& model_path);
 
-// Writes the preset's settings into `options` (dtype, quantized_dot,
-// prefill_gemm, decode_dot, kv_cache_dtype, block_size), each explicit one in
+// Writes the preset's settings into `options` (dtype, linear_precision,
+// kv_cache_dtype, block_size), each explicit one in
 // `overrides` winning. Returns the one line the server logs, e.g.
 // "precision auto: decode int8 dot (avx2), prefill float32, dtype float32, KV float32,
 // block 64".

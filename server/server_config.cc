@@ -527,7 +527,7 @@ std::string CheckConsistency(const ServerConfig& c) {
     return "--http-port must differ from --port and --metrics-port";
   // Only bfloat16 weights have bfloat16 dot products to take; on CUDA a
   // bfloat16 model computes in bfloat16 already.
-  if (c.engine.decode_dot == engine::DecodeDot::kBFloat16 &&
+  if (c.engine.linear_precision.decode == engine::DecodeDot::kBFloat16 &&
       (c.engine.dtype != engine::Dtype::kBFloat16 || c.engine.device.is_cuda())) {
     return "--decode-dot=bfloat16 needs --dtype=bfloat16 on --device=cpu";
   }

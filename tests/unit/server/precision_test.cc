@@ -46,9 +46,9 @@ TEST(PrecisionTest, ExactIsTheEnginesBitExactDefaults) {
   const EngineOptions engine_defaults;
   for (const HardwareFacts& hw : {Avx2Gguf(), Zen4Gguf(), SapphireRapidsGguf()}) {
     const EngineOptions o = Resolve(Precision::kExact, hw);
-    EXPECT_EQ(o.quantized_dot, QuantDot::kExact);
-    EXPECT_EQ(o.prefill_gemm, PrefillGemm::kFloat32);
-    EXPECT_EQ(o.decode_dot, DecodeDot::kFloat32);
+    EXPECT_EQ(o.linear_precision.dot, QuantDot::kExact);
+    EXPECT_EQ(o.linear_precision.prefill, PrefillGemm::kFloat32);
+    EXPECT_EQ(o.linear_precision.decode, DecodeDot::kFloat32);
     EXPECT_FALSE(o.kv_cache_dtype.has_value());
     EXPECT_EQ(o.dtype, Dtype::kFloat32);
     EXPECT_EQ(o.block_size, engine_defaults.block_size);
@@ -58,50 +58,53 @@ TEST(PrecisionTest, ExactIsTheEnginesBitExactDefaults) {
 TEST(PrecisionTest, AutoPicksEachCpuFamilysFastestPaths) {
   std::string line;
   EngineOptions o = Resolve(Precision::kAuto, Avx2Gguf(), {}, &line);
-  EXPECT_EQ(o.quantized_dot, QuantDot::kInt8);
-  EXPECT_EQ(o.prefill_gemm, PrefillGemm::kFloat32);  // bfloat16 would be emulated
-  EXPECT_FALSE(o.kv_cache_dtype.has_value());        // an int8 cache is widened below AVX-512
+  EXPECT_EQ(o.linear_precision.dot, QuantDot::kInt8);
+  EXPECT_EQ(o.linear_precision.prefill, PrefillGemm::kFloat32);  // bfloat16 would be emulated
+  EXPECT_FALSE(o.kv_cache_dtype.has_value());  // an int8 cache is widened below AVX-512
   EXPECT_EQ(o.block_size, 64);
   EXPECT_EQ(line,
             "precision auto: decode int8 dot (avx2), prefill float32, dtype float32, KV float32, "
             "block 64");
 
   o = Resolve(Precision::kAuto, Zen4Gguf());
-  EXPECT_EQ(o.quantized_dot, QuantDot::kInt8);
-  EXPECT_EQ(o.prefill_gemm, PrefillGemm::kInt8);
+  EXPECT_EQ(o.linear_precision.dot, QuantDot::kInt8);
+  EXPECT_EQ(o.linear_precision.prefill, PrefillGemm::kInt8);
   EXPECT_EQ(o.kv_cache_dtype, Dtype::kInt8);
 
   o = Resolve(Precision::kAuto, SapphireRapidsGguf(), {}, &line);
-  EXPECT_EQ(o.prefill_gemm, PrefillGemm::kBFloat16);
+  EXPECT_EQ(o.linear_precision.prefill, PrefillGemm::kBFloat16);
   EXPECT_NE(line.find("prefill bfloat16 (amx)"), std::string::npos) << line;
 
   // A dense (safetensors) model has no int8 panels: bfloat16 where native.
   HardwareFacts dense = Zen4Gguf();
   dense.gguf_blocks = false;
-  EXPECT_EQ(Resolve(Precision::kAuto, dense).prefill_gemm, PrefillGemm::kBFloat16);
+  EXPECT_EQ(Resolve(Precision::kAuto, dense).linear_precision.prefill, PrefillGemm::kBFloat16);
   HardwareFacts portable;
   o = Resolve(Precision::kAuto, portable);
-  EXPECT_EQ(o.quantized_dot, QuantDot::kExact);
+  EXPECT_EQ(o.linear_precision.dot, QuantDot::kExact);
   EXPECT_FALSE(o.kv_cache_dtype.has_value());
 }
 
 TEST(PrecisionTest, Bfloat16WeightsTakeTheBfloat16DotWhereNative) {
   PrecisionOverrides bf16_model;
   bf16_model.dtype = Dtype::kBFloat16;
-  EXPECT_EQ(Resolve(Precision::kAuto, Zen4Gguf(), bf16_model).decode_dot, DecodeDot::kBFloat16);
-  EXPECT_EQ(Resolve(Precision::kAuto, Avx2Gguf(), bf16_model).decode_dot, DecodeDot::kFloat32);
-  EXPECT_EQ(Resolve(Precision::kAuto, Zen4Gguf()).decode_dot, DecodeDot::kFloat32);
+  EXPECT_EQ(Resolve(Precision::kAuto, Zen4Gguf(), bf16_model).linear_precision.decode,
+            DecodeDot::kBFloat16);
+  EXPECT_EQ(Resolve(Precision::kAuto, Avx2Gguf(), bf16_model).linear_precision.decode,
+            DecodeDot::kFloat32);
+  EXPECT_EQ(Resolve(Precision::kAuto, Zen4Gguf()).linear_precision.decode, DecodeDot::kFloat32);
 }
 
 TEST(PrecisionTest, ForcedFamilies) {
   EngineOptions o = Resolve(Precision::kInt8, Avx2Gguf());
-  EXPECT_EQ(o.quantized_dot, QuantDot::kInt8);
-  EXPECT_EQ(o.prefill_gemm, PrefillGemm::kFloat32);  // no int8 panels without VNNI
+  EXPECT_EQ(o.linear_precision.dot, QuantDot::kInt8);
+  EXPECT_EQ(o.linear_precision.prefill, PrefillGemm::kFloat32);  // no int8 panels without VNNI
   EXPECT_EQ(o.kv_cache_dtype, Dtype::kInt8);
-  EXPECT_EQ(Resolve(Precision::kInt8, SapphireRapidsGguf()).prefill_gemm, PrefillGemm::kInt8);
+  EXPECT_EQ(Resolve(Precision::kInt8, SapphireRapidsGguf()).linear_precision.prefill,
+            PrefillGemm::kInt8);
   o = Resolve(Precision::kBFloat16, Avx2Gguf());
-  EXPECT_EQ(o.quantized_dot, QuantDot::kExact);
-  EXPECT_EQ(o.prefill_gemm, PrefillGemm::kBFloat16);
+  EXPECT_EQ(o.linear_precision.dot, QuantDot::kExact);
+  EXPECT_EQ(o.linear_precision.prefill, PrefillGemm::kBFloat16);
   EXPECT_EQ(o.kv_cache_dtype, Dtype::kBFloat16);
 }
 
@@ -118,8 +121,8 @@ TEST(PrecisionTest, ExplicitSettingsWinOverEveryPreset) {
       HardwareFacts hw = SapphireRapidsGguf();
       hw.cuda = cuda;
       const EngineOptions got = Resolve(p, hw, o);
-      EXPECT_EQ(got.quantized_dot, QuantDot::kExact) << precision_name(p);
-      EXPECT_EQ(got.prefill_gemm, PrefillGemm::kBFloat16) << precision_name(p);
+      EXPECT_EQ(got.linear_precision.dot, QuantDot::kExact) << precision_name(p);
+      EXPECT_EQ(got.linear_precision.prefill, PrefillGemm::kBFloat16) << precision_name(p);
       EXPECT_EQ(got.kv_cache_dtype, Dtype::kFloat16) << precision_name(p);
       EXPECT_EQ(got.block_size, 32) << precision_name(p);
       EXPECT_EQ(got.dtype, Dtype::kFloat16) << precision_name(p);
@@ -133,8 +136,8 @@ TEST(PrecisionTest, CudaComputesInBfloat16UnlessExact) {
   std::string line;
   EngineOptions o = Resolve(Precision::kAuto, gpu, {}, &line);
   EXPECT_EQ(o.dtype, Dtype::kBFloat16);
-  EXPECT_EQ(o.quantized_dot, QuantDot::kExact);  // CPU-only paths stay off
-  EXPECT_FALSE(o.kv_cache_dtype.has_value());    // int8 entries are CPU-only
+  EXPECT_EQ(o.linear_precision.dot, QuantDot::kExact);  // CPU-only paths stay off
+  EXPECT_FALSE(o.kv_cache_dtype.has_value());           // int8 entries are CPU-only
   EXPECT_EQ(line, "precision auto: dtype bfloat16, KV bfloat16, block 16");
   EXPECT_EQ(Resolve(Precision::kExact, gpu).dtype, Dtype::kFloat32);
 }
@@ -149,7 +152,7 @@ TEST(PrecisionFlagTest, ParsedFromFlagAndEnvironment) {
   ParseResult r = ParseServerConfig({"--precision=exact"});
   ASSERT_FALSE(r.exit) << r.message;
   EXPECT_EQ(r.config.precision, engine::Precision::kExact);
-  EXPECT_EQ(r.config.engine.quantized_dot, engine::QuantDot::kExact);
+  EXPECT_EQ(r.config.engine.linear_precision.dot, engine::QuantDot::kExact);
   EXPECT_EQ(r.config.precision_summary.rfind("precision exact: ", 0), 0u)
       << r.config.precision_summary;
   EXPECT_EQ(ParseServerConfig({}).config.precision, engine::Precision::kAuto);
@@ -161,7 +164,7 @@ TEST(PrecisionFlagTest, ParsedFromFlagAndEnvironment) {
   ASSERT_FALSE(r.exit) << r.message;
   EXPECT_EQ(r.config.engine.block_size, 8);
   EXPECT_EQ(r.config.engine.kv_cache_dtype, engine::Dtype::kFloat32);
-  EXPECT_EQ(r.config.engine.quantized_dot, engine::QuantDot::kInt8);
+  EXPECT_EQ(r.config.engine.linear_precision.dot, engine::QuantDot::kInt8);
 }
 
 TEST(PrecisionFlagTest, MarkdownHelpIsOneTableRowPerFlag) {

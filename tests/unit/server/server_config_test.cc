@@ -106,25 +106,32 @@ TEST(ServerConfigTest, EveryDtypeName) {
 }
 
 TEST(ServerConfigTest, EveryQuantizedDotName) {
-  EXPECT_EQ(Parse({"--precision=exact"}).config.engine.quantized_dot, engine::QuantDot::kExact);
-  EXPECT_EQ(Parse({"--quantized-dot=int8"}).config.engine.quantized_dot, engine::QuantDot::kInt8);
-  EXPECT_EQ(Parse({"--quantized-dot=exact"}).config.engine.quantized_dot, engine::QuantDot::kExact);
+  EXPECT_EQ(Parse({"--precision=exact"}).config.engine.linear_precision.dot,
+            engine::QuantDot::kExact);
+  EXPECT_EQ(Parse({"--quantized-dot=int8"}).config.engine.linear_precision.dot,
+            engine::QuantDot::kInt8);
+  EXPECT_EQ(Parse({"--quantized-dot=exact"}).config.engine.linear_precision.dot,
+            engine::QuantDot::kExact);
   ParseResult bad = Parse({"--quantized-dot=fast"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.message, "--quantized-dot: expected one of exact|int8, got 'fast'");
-  EXPECT_EQ(Parse({"--precision=exact"}).config.engine.prefill_gemm, engine::PrefillGemm::kFloat32);
-  EXPECT_EQ(Parse({"--prefill-gemm=bfloat16"}).config.engine.prefill_gemm,
+  EXPECT_EQ(Parse({"--precision=exact"}).config.engine.linear_precision.prefill,
+            engine::PrefillGemm::kFloat32);
+  EXPECT_EQ(Parse({"--prefill-gemm=bfloat16"}).config.engine.linear_precision.prefill,
             engine::PrefillGemm::kBFloat16);
-  EXPECT_EQ(Parse({"--prefill-gemm=int8"}).config.engine.prefill_gemm, engine::PrefillGemm::kInt8);
+  EXPECT_EQ(Parse({"--prefill-gemm=int8"}).config.engine.linear_precision.prefill,
+            engine::PrefillGemm::kInt8);
   ParseResult bad_gemm = Parse({"--prefill-gemm=int4"});
   EXPECT_EQ(bad_gemm.message, "--prefill-gemm: expected one of float32|bfloat16|int8, got 'int4'");
 }
 
 TEST(ServerConfigTest, DecodeDotNeedsBFloat16WeightsOnCpu) {
-  EXPECT_EQ(Parse({}).config.engine.decode_dot, engine::DecodeDot::kFloat32);
-  EXPECT_EQ(Parse({"--dtype=bfloat16", "--decode-dot=bfloat16"}).config.engine.decode_dot,
-            engine::DecodeDot::kBFloat16);
-  EXPECT_EQ(Parse({"--decode-dot=float32"}).config.engine.decode_dot, engine::DecodeDot::kFloat32);
+  EXPECT_EQ(Parse({}).config.engine.linear_precision.decode, engine::DecodeDot::kFloat32);
+  EXPECT_EQ(
+      Parse({"--dtype=bfloat16", "--decode-dot=bfloat16"}).config.engine.linear_precision.decode,
+      engine::DecodeDot::kBFloat16);
+  EXPECT_EQ(Parse({"--decode-dot=float32"}).config.engine.linear_precision.decode,
+            engine::DecodeDot::kFloat32);
   ParseResult bad = Parse({"--decode-dot=int8"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.message, "--decode-dot: expected one of float32|bfloat16, got 'int8'");

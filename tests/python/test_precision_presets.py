@@ -40,18 +40,19 @@ POLICIES = ["none", "snapkv", "adakv", "pyramidkv", "streaming_llm"]
 # AGREE_PREFIX greedy tokens equal on at least MIN_PREFIX_SHARE of the
 # prompts, and on the common prefix the chosen tokens' logprobs within
 # LOGPROB_BOUND nats (int8 rounding of activations and of the cache moves a
-# logprob by up to about 0.2 nats at near-ties on the machines measured).
+# logprob by up to about 0.2 nats at near-ties).
 # A query-aware policy picks its kept entries from attention scores, so the
-# same rounding can also swap a borderline entry and greedy decoding then
-# follows another near-tie: those policies get a lower share (SnapKV agreed on
-# 5 of 8 prompts on an AVX2 EPYC, with the logprob bound still met).
+# same rounding can also swap a borderline entry: greedy decoding then
+# follows another near-tie (a lower share of agreeing prompts), and on the
+# common prefix the swapped entry moves the distribution as well as the
+# rounding does (a wider logprob bound). That is largest where few entries
+# are kept (PyramidKV's deepest layers, AdaKV's sparsest heads) and where the
+# default cache itself is int8 (AVX-512 CPUs).
 AGREE_PREFIX = 8
 MIN_PREFIX_SHARE = {"none": 0.75, "streaming_llm": 0.75}
 MIN_PREFIX_SHARE_SCORED = 0.5
-LOGPROB_BOUND = 0.4
-# PyramidKV keeps the fewest entries in the deepest layers, where one swapped
-# entry moves the distribution most (0.47 nats measured on an AVX2 EPYC).
-LOGPROB_BOUND_PYRAMIDKV = 0.6
+LOGPROB_BOUND = {"none": 0.4, "streaming_llm": 0.4}
+LOGPROB_BOUND_SCORED = 0.6
 
 
 @pytest.fixture(scope="module")
@@ -158,5 +159,5 @@ def test_default_preset_follows_the_exact_path(servers, pb, gpl_ids, policy):
           f"largest logprob difference {worst:.4f}")
     share = MIN_PREFIX_SHARE.get(policy, MIN_PREFIX_SHARE_SCORED)
     assert agreeing >= share * len(prompts), f"{policy}: {agreeing}/{len(prompts)}"
-    bound = LOGPROB_BOUND_PYRAMIDKV if policy == "pyramidkv" else LOGPROB_BOUND
+    bound = LOGPROB_BOUND.get(policy, LOGPROB_BOUND_SCORED)
     assert worst <= bound, f"{policy}: logprob difference {worst:.4f}"

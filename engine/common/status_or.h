@@ -52,10 +52,13 @@ class [[nodiscard]] StatusOr {
 #define SNAPSERVE_ASSIGN_OR_RETURN(lhs, expr) \
   SNAPSERVE_ASSIGN_OR_RETURN_IMPL_(SNAPSERVE_STATUS_CONCAT_(_snapserve_or_, __LINE__), lhs, expr)
 
+// `tmp` is a name and `lhs` may be a declaration: neither can be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define SNAPSERVE_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                     \
   if (!tmp.ok()) return tmp.status();                    \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 #define SNAPSERVE_STATUS_CONCAT_(a, b) SNAPSERVE_STATUS_CONCAT_INNER_(a, b)
 #define SNAPSERVE_STATUS_CONCAT_INNER_(a, b) a##b

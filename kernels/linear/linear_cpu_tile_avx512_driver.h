@@ -69,8 +69,9 @@ SNAPSERVE_TILE_TARGET void block(const Problem& p, const typename Step::Elem* co
   }
   if (k_steps < k) {
 #pragma GCC unroll 4
-    for (int r = 0; r < MX; ++r)
+    for (int r = 0; r < MX; ++r) {
       Step::template add_short_step<NW>(acc[r], x + r * k, wr, k_steps, k);
+    }
   }
   if constexpr (MX == 4 && NW == 4) {
     __m512 v[16];
@@ -86,8 +87,9 @@ SNAPSERVE_TILE_TARGET void block(const Problem& p, const typename Step::Elem* co
     for (int r = 0; r < 4; ++r) {
       float* o = p.out + (i0 + r) * p.n_total + n0;
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c)
+      for (int c = 0; c < 4; ++c) {
         o[c] = Step::finish(lanes[4 * r + c], x + r * k, wr[c], k_steps, k);
+      }
     }
   } else {
 #pragma GCC unroll 4

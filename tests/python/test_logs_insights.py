@@ -107,7 +107,7 @@ def test_logs_insights_queries_over_real_log_lines(start_server, model_path, pb)
 
     # What the eks-gpu overlay's Fluent Bit ships: every line the server wrote
     # (all JSON objects), and nothing that is not one.
-    from test_deploy import fluent_bit_keeps
+    from deploy_manifests import fluent_bit_keeps
     assert all(fluent_bit_keeps(line) for line in raw if line.strip()), raw[:5]
     assert not fluent_bit_keeps("I1202 19:00:00.000 kubelet.go:1] not json")
 
